@@ -1,0 +1,54 @@
+# Two commands set up everything on a fresh machine:  make book  and  make test.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
+
+.PHONY: venv system book test grade exercises check bench-grade clean
+
+# The virtual environment, rebuilt when requirements.txt or pyproject.toml change.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -qq --upgrade pip
+	$(PY) -m pip install -qq -r requirements.txt
+	$(PY) -m pip install -qq --no-deps --no-build-isolation -e .
+	touch $@
+
+venv: $(STAMP)
+
+# Debian packages: bubblewrap (the grading sandbox), Chromium and its driver (browser checks of the book).
+system:
+	@missing=""; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+book: venv
+	$(PY) -m course.book build
+
+# exercises/ is generated: never edit it by hand, edit solutions/ and run this.
+exercises: venv
+	$(PY) -m course.release
+
+# A student's self-check: make check NB=exercises/01_layernorm/layernorm.ipynb
+check: venv
+	$(PY) -m course.selfcheck $(NB)
+
+test: venv system book
+	$(PY) -m pytest -q
+
+grade: venv system
+	$(PY) -m autograder grade --out _build/grades
+
+bench-grade: venv system
+	$(PY) -m autograder.bench_stock
+
+clean:
+	rm -rf _build .jupyter_cache

@@ -1,0 +1,169 @@
+"""Graded checks for the exercise notebooks, in one importable place.
+
+Every graded test cell of an exercise notebook names one check by its nbgrader grade id::
+
+    from course.checks import run
+    run("layernorm_matches_torch", globals())
+
+A check is split in two halves so that the same logic can run in two places:
+
+* ``probe(ns) -> dict``: finds the student's code by name in ``ns`` (the notebook's globals),
+  calls it on inputs the check builds itself, and returns what came out (tensors, numbers,
+  strings, nested in dicts and lists).
+* ``judge(out) -> None``: compares what came out with torch's own modules and raises
+  :class:`CheckFailed` with a message in the student's terms. It never touches student code.
+
+``run`` does both in the notebook's kernel: that is what the student's self-check and stock
+``nbgrader autograde`` see. The course autograder runs only the probe, inside a sandbox, ships
+its result out as plain arrays (:mod:`course.checks.wire`), and judges in its own process, so
+nothing a submission does can change a verdict. Both paths go through :func:`collect` and
+:func:`verdict`, so they agree on every honest submission.
+"""
+from __future__ import annotations
+
+import importlib
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from course.checks.ops import OpRecorder
+
+#: exercise modules that register checks, imported lazily by :func:`get`
+EXERCISE_MODULES = (
+    "course.checks.layernorm",
+    "course.checks.rmsnorm",
+    "course.checks.residual",
+    "course.checks.transformer",
+    "course.checks.benchmark",
+)
+
+
+class CheckFailed(AssertionError):
+    """A check's verdict: the message says what is wrong, in the student's terms."""
+
+
+@dataclass
+class Check:
+    grade_id: str
+    doc: str  # one line: what the check checks
+    probe: Callable[[dict], Any]
+    judge: Callable[[Any], None]
+    #: torch ops whose use means "you called the built-in instead of implementing it"
+    forbidden_ops: frozenset = field(default_factory=frozenset)
+    #: names of the student's code the probe uses (for "X is not defined" messages)
+    needs: tuple = ()
+
+
+REGISTRY: dict[str, Check] = {}
+
+
+def register(grade_id: str, *, needs: tuple = (), forbidden_ops=()):
+    """Class decorator: the class holds ``probe`` and ``judge`` as static methods; its docstring is the doc."""
+
+    def deco(cls):
+        if grade_id in REGISTRY:
+            raise ValueError(f"check {grade_id!r} registered twice")
+        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else grade_id
+        REGISTRY[grade_id] = Check(
+            grade_id=grade_id,
+            doc=doc,
+            probe=cls.probe,
+            judge=cls.judge,
+            forbidden_ops=frozenset(forbidden_ops),
+            needs=tuple(needs),
+        )
+        return cls
+
+    return deco
+
+
+def load_all() -> dict[str, Check]:
+    for mod in EXERCISE_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:  # an exercise module not written yet
+            if e.name != mod:
+                raise
+    return REGISTRY
+
+
+def get(grade_id: str) -> Check:
+    load_all()
+    try:
+        return REGISTRY[grade_id]
+    except KeyError:
+        raise KeyError(f"no check is registered under grade id {grade_id!r}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# The two halves of a run
+# --------------------------------------------------------------------------------------------
+
+def _student_frame(tb) -> str:
+    """The last traceback line that is not course code: where in the student's code it broke."""
+    frames = [f for f in traceback.extract_tb(tb) if "/course/" not in f.filename.replace("\\", "/")]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f"{f.name}, line {f.lineno}: {(f.line or '').strip()}"
+
+
+def collect(check: Check, ns: dict) -> dict:
+    """Run the probe on the student's code and return a *record* made only of plain data.
+
+    Record: ``{"ok": True, "out": <encoded>, "ops": [...]}`` or
+    ``{"ok": False, "error": <exception type>, "message": ..., "where": ...}``.
+    """
+    from course.checks import wire
+
+    missing = [name for name in check.needs if name not in ns]
+    if missing:
+        return {"ok": False, "error": "NameError", "where": "",
+                "message": f"{', '.join(missing)} is not defined: run the cell that defines it first"}
+    try:
+        with OpRecorder(active=bool(check.forbidden_ops)) as rec:
+            out = check.probe(ns)
+        return {"ok": True, "out": wire.encode(out), "ops": sorted(rec.seen & check.forbidden_ops)}
+    except CheckFailed as e:  # a probe may fail early, e.g. on a wrong output type
+        return {"ok": False, "error": "CheckFailed", "message": str(e), "where": ""}
+    except BaseException as e:  # noqa: BLE001 -- student code may raise anything, SystemExit included
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return {"ok": False, "error": type(e).__name__, "message": str(e)[:2000],
+                "where": _student_frame(e.__traceback__)}
+
+
+def explain_error(record: dict) -> str:
+    err, msg, where = record.get("error", "Error"), record.get("message", ""), record.get("where", "")
+    at = f" (in {where})" if where else ""
+    if err == "NotImplementedError":
+        return f"not implemented yet: the stub still raises NotImplementedError{at}. Replace it with your code."
+    if err == "CheckFailed":
+        return msg
+    if err == "NameError" and not where:
+        return msg
+    return f"your code raised {err}: {msg}{at}"
+
+
+def verdict(check: Check, record: dict) -> None:
+    """Judge a record (trusted side). Returns on a pass, raises :class:`CheckFailed` otherwise."""
+    from course.checks import wire
+
+    if not isinstance(record, dict) or not isinstance(record.get("ok"), bool):
+        raise CheckFailed("no result came back from your code")
+    if not record["ok"]:
+        raise CheckFailed(explain_error(record))
+    ops = record.get("ops") or []
+    if ops:
+        raise CheckFailed(
+            f"your code calls torch's own {', '.join(ops)}. This exercise asks you to compute it "
+            "yourself from the formula, so implementation checks give no points for it."
+        )
+    check.judge(wire.decode(record["out"]))
+
+
+def run(grade_id: str, ns: dict) -> None:
+    """What a notebook's test cell calls: probe and judge in this process, print the outcome."""
+    check = get(grade_id)
+    verdict(check, collect(check, ns))
+    print(f"passed {grade_id}: {check.doc}")

@@ -1,0 +1,24 @@
+"""nbgrader's course configuration: this repository *is* the course directory.
+
+nbgrader's own names map onto the course layout, so every nbgrader command (generate_assignment,
+validate, autograde, formgrader, export) works here as it stands:
+  source  -> solutions/   (instructor notebooks with solutions and hidden tests)
+  release -> exercises/   (what students get; regenerate with `make exercises`)
+  submitted/, autograded/, feedback/, gradebook.db stay nbgrader's defaults (git-ignored).
+"""
+import os
+
+c = get_config()  # noqa: F821 -- injected by nbgrader
+
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.course_id = "resnorm"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "exercises"
+
+# The stub nbgrader leaves where a solution was; the hint above each solution says how much to write.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Grade with the kernel of the environment nbgrader runs in, whatever kernelspec a submission names.
+c.Execute.kernel_name = "python3"
+c.Execute.timeout = 300
