@@ -1,0 +1,115 @@
+"""Build the course book: ``python -m course.book build`` (what ``make book`` runs).
+
+1. MathJax 3 comes from the npm registry (``npm install --prefix .mathjax mathjax@3``), and only
+   the files a page uses are copied into ``_mathjax/mathjax/`` (both folders are git-ignored;
+   Sphinx serves ``_mathjax/`` as a static path, so the site has ``_static/mathjax/``):
+   the ``tex-chtml.js`` bundle, its woff-v2 fonts and the TeX extensions its autoloader may
+   fetch. ``_config.yml`` points Sphinx's ``mathjax_path`` there, so no page asks a CDN.
+2. ``jupyter-book build . --warningiserror --keep-going``: every Sphinx warning fails the build,
+   all of them are reported. Chapter results are cached (``execute_notebooks: cache``), so a
+   rebuild with nothing changed runs no code.
+
+Exit status: 0 when the book built without a warning, non-zero otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MATHJAX_VERSION = "3.2.2"
+NPM_PREFIX = ROOT / ".mathjax"
+MATHJAX_PKG = NPM_PREFIX / "node_modules" / "mathjax"
+# Not under _static/: Jupyter Book adds every .js file found there to every page.
+STATIC_MATHJAX = ROOT / "_mathjax" / "mathjax"
+HTML = ROOT / "_build" / "html"
+
+# What tex-chtml.js loads, relative to its own folder (MathJax's "[mathjax]" path).
+MATHJAX_FILES = ["es5/tex-chtml.js"]
+MATHJAX_DIRS = ["es5/output/chtml/fonts/woff-v2", "es5/input/tex/extensions"]
+
+# Sphinx's default MathJax URL; a built page must never contain it.
+CDN_PATTERN = re.compile(r"cdn\.jsdelivr\.net/npm/mathjax|mathjax@3/es5")
+
+
+def _installed_version() -> str | None:
+    pkg = MATHJAX_PKG / "package.json"
+    if not pkg.exists():
+        return None
+    m = re.search(r'"version"\s*:\s*"([^"]+)"', pkg.read_text())
+    return m.group(1) if m else None
+
+
+def ensure_mathjax() -> None:
+    """Install MathJax from npm if missing and copy what the pages need into _static/mathjax."""
+    if _installed_version() != MATHJAX_VERSION:
+        npm = shutil.which("npm")
+        if npm is None:
+            sys.exit("course.book: npm not found; install Node.js/npm (Debian: apt-get install npm) "
+                     "so MathJax can be installed from the npm registry")
+        print(f"course.book: npm install mathjax@{MATHJAX_VERSION} into {NPM_PREFIX.name}/", flush=True)
+        NPM_PREFIX.mkdir(exist_ok=True)
+        subprocess.run([npm, "install", "--prefix", str(NPM_PREFIX), "--no-audit", "--no-fund",
+                        "--no-save", "--loglevel=error", f"mathjax@{MATHJAX_VERSION}"], check=True)
+    stamp = STATIC_MATHJAX / ".version"
+    if stamp.exists() and stamp.read_text() == MATHJAX_VERSION:
+        return
+    if STATIC_MATHJAX.exists():
+        shutil.rmtree(STATIC_MATHJAX)
+    for rel in MATHJAX_FILES:
+        dst = STATIC_MATHJAX / Path(rel).relative_to("es5")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(MATHJAX_PKG / rel, dst)
+    for rel in MATHJAX_DIRS:
+        shutil.copytree(MATHJAX_PKG / rel, STATIC_MATHJAX / Path(rel).relative_to("es5"))
+    shutil.copy2(MATHJAX_PKG / "LICENSE", STATIC_MATHJAX / "LICENSE")
+    stamp.write_text(MATHJAX_VERSION)
+
+
+def check_no_cdn(html_dir: Path = HTML) -> list[str]:
+    """Built pages that still mention Sphinx's default MathJax CDN URL."""
+    return [str(p.relative_to(html_dir)) for p in html_dir.rglob("*.html")
+            if CDN_PATTERN.search(p.read_text(encoding="utf-8", errors="replace"))]
+
+
+def build(all_pages: bool = False) -> int:
+    ensure_mathjax()
+    jb = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(ROOT),
+           "--warningiserror", "--keep-going"]
+    if all_pages:
+        cmd.append("--all")
+    t0 = time.monotonic()
+    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    print(f"course.book: jupyter-book finished in {time.monotonic() - t0:.1f} s (exit {rc})", flush=True)
+    if rc != 0:
+        print("course.book: the build failed or had warnings (they are errors here); see above",
+              file=sys.stderr)
+        return rc
+    bad = check_no_cdn()
+    if bad:
+        print(f"course.book: pages still reference the MathJax CDN: {bad}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m course.book", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build _build/html (warnings are errors)")
+    b.add_argument("--all", action="store_true", help="rebuild every page, not only changed ones")
+    sub.add_parser("mathjax", help="only install and copy MathJax")
+    args = ap.parse_args(argv)
+    if args.cmd == "mathjax":
+        ensure_mathjax()
+        return 0
+    return build(all_pages=args.all)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
