@@ -1,0 +1,95 @@
+"""Build student notebooks from code, for fixture classes and the bundled sample class.
+
+A *code fixture* is a ``.py`` file whose docstring says what it is and what it must lose::
+
+    \"\"\"Unbiased variance: divides by D - 1 instead of D.
+
+    loses: layernorm_matches_torch layernorm_low_variance_rows
+    message: divide by D, not D-1
+    \"\"\"
+    import torch
+    class LayerNorm(torch.nn.Module):
+        ...
+
+``loses`` lists grade ids that must score zero; ``message`` (optional) is a phrase the failing
+test's output must contain. :func:`submission_from_code` puts the whole file into the first
+solution cell of the released notebook and empties the other solution cells, which is what a
+student who wrote everything in one cell would hand in.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from course.release import ROOT
+
+
+@dataclass
+class CodeFixture:
+    path: Path
+    assignment: str
+    name: str
+    summary: str
+    loses: list[str]
+    message: str | None
+    code: str
+
+
+def read_fixture(path: Path) -> CodeFixture:
+    code = Path(path).read_text()
+    doc = ast.get_docstring(ast.parse(code)) or ""
+    loses = re.search(r"^loses:\s*(.+)$", doc, re.M)
+    message = re.search(r"^message:\s*(.+)$", doc, re.M)
+    return CodeFixture(
+        path=Path(path),
+        assignment=Path(path).parent.name,
+        name=Path(path).stem,
+        summary=doc.strip().splitlines()[0] if doc.strip() else Path(path).stem,
+        loses=loses.group(1).split() if loses else [],
+        message=message.group(1).strip() if message else None,
+        code=code,
+    )
+
+
+def fixtures(folder: Path) -> list[CodeFixture]:
+    """Every ``<assignment>/<name>.py`` under ``folder``."""
+    return [read_fixture(p) for p in sorted(Path(folder).glob("*/*.py"))]
+
+
+def release_notebook(assignment: str, root: Path = ROOT) -> tuple[str, nbformat.NotebookNode]:
+    """(notebook file name, notebook) of the released (student) version of an assignment."""
+    paths = sorted((root / "exercises" / assignment).glob("*.ipynb"))
+    if len(paths) != 1:
+        raise FileNotFoundError(f"expected one notebook in exercises/{assignment}, found {len(paths)}")
+    return paths[0].name, nbformat.read(paths[0], as_version=4)
+
+
+def is_solution_cell(cell) -> bool:
+    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution", False)) and cell.cell_type == "code"
+
+
+def submission_from_code(assignment: str, code: str, root: Path = ROOT) -> tuple[str, nbformat.NotebookNode]:
+    """The released notebook with ``code`` as the student's answer (first solution cell)."""
+    name, nb = release_notebook(assignment, root)
+    nb = copy.deepcopy(nb)
+    first = True
+    for cell in nb.cells:
+        if is_solution_cell(cell):
+            cell.source = code if first else "# (everything is defined in the first answer cell)"
+            first = False
+    if first:
+        raise ValueError(f"exercises/{assignment} has no solution cell")
+    return name, nb
+
+
+def write_submission(submitted: Path, student: str, assignment: str, name: str, nb) -> Path:
+    """Write ``nb`` as ``submitted/<student>/<assignment>/<name>`` (nbgrader's submitted layout)."""
+    path = Path(submitted) / student / assignment / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path

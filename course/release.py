@@ -1,0 +1,101 @@
+"""Make exercises/ from solutions/ with nbgrader, or check that it is in sync.
+
+    python -m course.release            # regenerate every assignment into exercises/ (make exercises)
+    python -m course.release --check    # exit 1 if exercises/ differs from what nbgrader generates
+
+nbgrader runs in a scratch copy of the course, so the repository's gradebook is never touched.
+"""
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def assignments(root: Path = ROOT) -> list[str]:
+    return sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
+
+
+def venv_env() -> dict:
+    """The environment with this interpreter's bin/ first on PATH: nbgrader shells out to alembic."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def nbgrader(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run an nbgrader command in ``cwd`` (a course directory) and fail loudly with its log."""
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd,
+                          capture_output=True, text=True, env=venv_env())
+    if proc.returncode != 0:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def scratch_course(tmp: Path, root: Path = ROOT) -> Path:
+    """A throwaway course directory holding the config and solutions/ (nbgrader's source)."""
+    course = tmp / "course"
+    course.mkdir(parents=True)
+    shutil.copy(root / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copytree(root / "solutions", course / "solutions",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    return course
+
+
+def generate(tmp: Path, root: Path = ROOT) -> Path:
+    """Generate every assignment in a scratch course; return its exercises/ folder."""
+    course = scratch_course(tmp, root)
+    for a in assignments(root):
+        nbgrader("generate_assignment", a, "--force", cwd=course)
+    return course / "exercises"
+
+
+def differences(a: Path, b: Path) -> list[str]:
+    """Relative paths that differ between two trees (missing on either side included)."""
+    out = []
+    cmp = filecmp.dircmp(a, b, ignore=[".ipynb_checkpoints", "__pycache__"])
+
+    def walk(c: filecmp.dircmp, rel: str):
+        out.extend(f"{rel}{n} (only in {Path(c.left).name if n in c.left_only else Path(c.right).name})"
+                   for n in c.left_only + c.right_only)
+        for n in c.common_files:
+            if (Path(c.left) / n).read_bytes() != (Path(c.right) / n).read_bytes():
+                out.append(f"{rel}{n}")
+        for n, sub in c.subdirs.items():
+            walk(sub, f"{rel}{n}/")
+
+    walk(cmp, "")
+    return sorted(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="only check that exercises/ is in sync")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = generate(Path(tmp))
+        target = ROOT / "exercises"
+        if args.check:
+            diff = differences(fresh, target) if target.exists() else ["exercises/ is missing"]
+            if diff:
+                print("exercises/ is not what nbgrader generates from solutions/; run `make exercises`:")
+                print("\n".join(f"  {d}" for d in diff))
+                return 1
+            print("exercises/ is in sync with solutions/")
+            return 0
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(fresh, target)
+        print(f"regenerated exercises/ for: {', '.join(assignments())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Through real ``nbgrader autograde``: solutions earn full marks, released stubs earn zero, and
+every wrong implementation in tests/fixtures/wrong/ loses the points of the test meant for it,
+with a message that names the mistake."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import nbformat
+import pytest
+
+from autograder.make_submission import fixtures, submission_from_code, write_submission
+from autograder.stock import autograde_stock
+from course.release import ROOT, assignments
+
+WRONG = ROOT / "tests" / "fixtures" / "wrong"
+FIXTURES = fixtures(WRONG)
+ASSIGNMENTS = assignments()
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    """One nbgrader run over a class: a solution, a stub and every wrong version per assignment."""
+    tmp = tmp_path_factory.mktemp("nbgrader_class")
+    submitted = tmp / "submitted"
+    for a in ASSIGNMENTS:
+        src = next((ROOT / "solutions" / a).glob("*.ipynb"))
+        dst = submitted / "solution" / a / src.name
+        dst.parent.mkdir(parents=True)
+        shutil.copy(src, dst)
+        rel = next((ROOT / "exercises" / a).glob("*.ipynb"))
+        (submitted / "stub" / a).mkdir(parents=True)
+        shutil.copy(rel, submitted / "stub" / a / rel.name)
+    for fx in FIXTURES:
+        name, nb = submission_from_code(fx.assignment, fx.code)
+        write_submission(submitted, f"wrong-{fx.name}", fx.assignment, name, nb)
+    scores = autograde_stock(submitted, tmp / "work")
+    return scores, tmp / "work" / "course"
+
+
+def _total(row):
+    return sum(s for s, _ in row.values()), sum(m for _, m in row.values())
+
+
+def _cell_output(course, student, assignment, grade_id) -> str:
+    nb_path = next((course / "autograded" / student / assignment).glob("*.ipynb"))
+    nb = nbformat.read(nb_path, as_version=4)
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            return json.dumps(cell.get("outputs", []))
+    raise AssertionError(f"no cell {grade_id} in {nb_path}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_earns_full_marks(graded, assignment):
+    scores, _ = graded
+    row = scores[("solution", assignment)]
+    lost = {g: s for g, s in row.items() if s[0] != s[1]}
+    assert not lost, f"the reference solution loses points: {lost}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_released_stub_earns_zero(graded, assignment):
+    scores, _ = graded
+    row = scores[("stub", assignment)]
+    earned = {g: s for g, s in row.items() if s[0] != 0}
+    assert not earned, f"the untouched stub earns points: {earned}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fx", FIXTURES, ids=[f"{f.assignment}/{f.name}" for f in FIXTURES])
+def test_wrong_version_loses_its_points(graded, fx):
+    scores, course = graded
+    row = scores[(f"wrong-{fx.name}", fx.assignment)]
+    assert fx.loses, f"{fx.path.name} names no test it must lose (a 'loses:' line)"
+    for gid in fx.loses:
+        assert gid in row, f"{fx.path.name}: no test {gid!r} in {fx.assignment}"
+        assert row[gid][0] == 0, f"{fx.path.name} ({fx.summary}) still earns {row[gid]} on {gid}"
+    got, out_of = _total(row)
+    assert got < out_of
+    if fx.message:
+        text = _cell_output(course, f"wrong-{fx.name}", fx.assignment, fx.loses[0])
+        assert fx.message in text, (
+            f"{fx.path.name}: the failing test {fx.loses[0]} should say {fx.message!r}; it said: {text[:800]}")
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_each_assignment_has_eight_wrong_versions(assignment):
+    mine = [f for f in FIXTURES if f.assignment == assignment]
+    assert len(mine) >= 8, f"{assignment} has {len(mine)} wrong-version fixtures; keep at least 8"
+
+
+def test_wrong_versions_belong_to_real_assignments():
+    stray = {f.assignment for f in FIXTURES} - set(ASSIGNMENTS)
+    assert not stray, f"fixtures for unknown assignments: {stray}"

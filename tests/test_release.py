@@ -1,0 +1,41 @@
+"""exercises/ is exactly what nbgrader generates from solutions/, and nbgrader's own validation
+agrees: every source notebook passes, every released notebook fails (its stubs are empty)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from course.release import ROOT, assignments, main as release_main, venv_env
+
+ASSIGNMENTS = assignments()
+
+
+def test_exercises_are_what_nbgrader_generates(capsys):
+    assert release_main(["--check"]) == 0, capsys.readouterr().out
+
+
+def _validate(path, *flags):
+    return subprocess.run([sys.executable, "-m", "nbgrader", "validate", str(path), *flags],
+                          capture_output=True, text=True, env=venv_env(), cwd=ROOT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_source_notebook_validates(assignment):
+    nb = next((ROOT / "solutions" / assignment).glob("*.ipynb"))
+    proc = _validate(nb)
+    assert "Success! Your notebook passes all the tests." in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_released_notebook_fails_validation(assignment):
+    nb = next((ROOT / "exercises" / assignment).glob("*.ipynb"))
+    proc = _validate(nb, "--invert")
+    assert "Success! The notebook does not pass any tests." in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_four_assignments_in_course_order():
+    assert ASSIGNMENTS == ["01_layernorm", "02_rmsnorm", "03_residual", "04_transformer_block"]
