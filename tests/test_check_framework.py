@@ -1,0 +1,131 @@
+"""The check framework itself: what crosses the wire, what the op recorder sees, how errors read."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course.checks import Check, CheckFailed, collect, verdict, wire
+from course.checks.compare import expect_close
+from course.checks.ops import NORM_OPS, OpRecorder
+
+
+def _roundtrip(value, tmp_path):
+    path = str(tmp_path / "rec.json")
+    wire.dump({"ok": True, "out": wire.encode(value), "ops": []}, path)
+    return wire.decode(wire.load(path)["out"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool])
+def test_tensors_keep_dtype_and_values_across_the_wire(tmp_path, dtype):
+    t = (torch.randn(3, 5) * 100).to(dtype)
+    back = _roundtrip({"y": t, "n": 3, "s": "hi", "l": [1.5, None, True]}, tmp_path)
+    assert back["y"].dtype == dtype and torch.equal(back["y"], t)
+    assert back["n"] == 3 and back["s"] == "hi" and back["l"] == [1.5, None, True]
+
+
+def test_a_tensor_subclass_that_lies_is_not_trusted(tmp_path):
+    class Liar(torch.Tensor):
+        def __eq__(self, other):
+            return True
+
+        @property
+        def shape(self):
+            return torch.Size([2, 2])
+
+    liar = torch.zeros(7).as_subclass(Liar)
+    back = _roundtrip({"y": liar}, tmp_path)
+    with pytest.raises(CheckFailed, match="tensor subclass"):
+        expect_close(back["y"], torch.ones(2, 2), what="the output")
+
+
+def test_arbitrary_objects_become_bad_values(tmp_path):
+    class AlwaysEqual:
+        def __eq__(self, other):
+            return True
+
+    back = _roundtrip({"y": AlwaysEqual()}, tmp_path)
+    with pytest.raises(CheckFailed, match="AlwaysEqual"):
+        expect_close(back["y"], torch.ones(2), what="the output")
+
+
+def test_load_refuses_pickled_arrays(tmp_path):
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps({"ok": True, "out": {"tree": {"__tensor__": 0, "dtype": "torch.float32", "shape": [1]}, "n_arrays": 1}, "ops": []}))
+    np.savez(str(path) + ".npz", np.array([object()], dtype=object))
+    with pytest.raises(ValueError):
+        wire.load(str(path))
+
+
+def test_load_refuses_a_record_that_is_not_one(tmp_path):
+    path = tmp_path / "rec.json"
+    path.write_text("[1, 2, 3]")
+    with pytest.raises(wire.WireError):
+        wire.load(str(path))
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: F.layer_norm(x, (4,)),
+    lambda x: nn.LayerNorm(4)(x),
+    lambda x: torch.layer_norm(x, (4,)),
+    lambda x: F.rms_norm(x, (4,)),
+    lambda x: nn.RMSNorm(4)(x),
+    lambda x: torch.ops.aten.native_layer_norm(x, [4], None, None, 1e-5)[0],
+], ids=["F.layer_norm", "nn.LayerNorm", "torch.layer_norm", "F.rms_norm", "nn.RMSNorm", "aten"])
+def test_op_recorder_sees_builtin_norms_whatever_the_route(call):
+    with OpRecorder() as rec:
+        call(torch.randn(3, 4))
+    assert rec.seen & NORM_OPS
+
+
+def test_op_recorder_sees_no_norm_in_a_hand_written_one():
+    x = torch.randn(3, 4)
+    with OpRecorder() as rec:
+        (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    assert not rec.seen & NORM_OPS
+
+
+def _check(probe, judge=lambda out: None, forbidden=()):
+    return Check("demo", "a demo check", staticmethod(probe), staticmethod(judge), frozenset(forbidden), ("f",))
+
+
+def test_a_stub_reads_as_not_implemented():
+    def f(x):
+        raise NotImplementedError()
+
+    rec = collect(_check(lambda ns: ns["f"](1)), {"f": f})
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        verdict(_check(lambda ns: None), rec)
+
+
+def test_exiting_the_process_from_student_code_is_a_failure_not_an_exit():
+    def f(x):
+        raise SystemExit(0)
+
+    rec = collect(_check(lambda ns: ns["f"](1)), {"f": f})
+    assert rec["ok"] is False and rec["error"] == "SystemExit"
+
+
+def test_a_missing_name_says_which():
+    rec = collect(_check(lambda ns: ns["f"](1)), {})
+    with pytest.raises(CheckFailed, match="f is not defined"):
+        verdict(_check(lambda ns: None), rec)
+
+
+def test_calling_the_builtin_loses_forbidden_checks():
+    chk = _check(lambda ns: {"y": ns["f"](torch.randn(2, 4))}, forbidden=NORM_OPS)
+    rec = collect(chk, {"f": lambda x: F.layer_norm(x, (4,))})
+    with pytest.raises(CheckFailed, match="calls torch's own"):
+        verdict(chk, rec)
+
+
+def test_suspects_name_the_mistake():
+    x = torch.randn(4, 8)
+    right = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    wrong = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=True, keepdim=True) + 1e-5)
+    with pytest.raises(CheckFailed, match="divide by D"):
+        expect_close(wrong, right, what="LayerNorm(x)", suspects={"the variance is unbiased: divide by D": wrong})
