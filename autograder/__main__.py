@@ -1,0 +1,85 @@
+"""Command line: ``python -m autograder grade [SUBMISSIONS] --out DIR [--jobs N] [limits...]``.
+
+Exit status: 0 when the run finished (whatever the submissions did), 2 when it could not run
+(bad arguments, unreadable input, no sandbox available without ``--no-sandbox``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from autograder.sandbox import Limits
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = Path(__file__).resolve().parent / "sample_class"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m autograder")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grade", help="grade a class of submissions")
+    g.add_argument("submissions", nargs="?", default=str(SAMPLE),
+                   help="folder in nbgrader's submitted layout, a .zip of one, or an LMS download "
+                        "(Canvas, Moodle); default: the bundled sample class")
+    g.add_argument("--out", required=True, help="output folder (grades.csv, feedback/, report.html)")
+    g.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: cores)")
+    g.add_argument("--gradebook", default=None,
+                   help="nbgrader gradebook to write (sqlite file; default OUT/gradebook.db; 'none' to skip)")
+    d = Limits()
+    g.add_argument("--timeout", type=float, default=d.wall_s, help=f"wall-clock seconds per notebook ({d.wall_s:g})")
+    g.add_argument("--cell-timeout", type=float, default=d.cell_s, help=f"wall-clock seconds per cell ({d.cell_s:g})")
+    g.add_argument("--cpu", type=int, default=d.cpu_s, help=f"CPU seconds per process ({d.cpu_s})")
+    g.add_argument("--memory", type=int, default=d.memory_mb, help=f"address space per process, MB ({d.memory_mb})")
+    g.add_argument("--nproc", type=int, default=d.nproc, help=f"extra processes/threads allowed ({d.nproc})")
+    g.add_argument("--fsize", type=int, default=d.fsize_mb, help=f"largest file written, MB ({d.fsize_mb})")
+    g.add_argument("--nofile", type=int, default=d.nofile, help=f"open files per process ({d.nofile})")
+    g.add_argument("--tmp", type=int, default=d.tmp_mb, help=f"size of the sandbox's /tmp, MB ({d.tmp_mb})")
+    g.add_argument("--threads", type=int, default=d.threads, help=f"torch/OpenMP threads per submission ({d.threads})")
+    g.add_argument("--no-sandbox", action="store_true",
+                   help="run submissions WITHOUT the bubblewrap sandbox (only rlimits): trusted code only")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from autograder.grade import grade_class, write_csv, write_json
+    from autograder.ingest import InputError
+    from autograder.sandbox import SandboxUnavailable, ensure_bwrap
+
+    limits = Limits(wall_s=args.timeout, cell_s=args.cell_timeout, cpu_s=args.cpu, memory_mb=args.memory,
+                    nproc=args.nproc, fsize_mb=args.fsize, nofile=args.nofile, tmp_mb=args.tmp,
+                    threads=args.threads)
+    if not args.no_sandbox:
+        try:
+            ensure_bwrap()
+        except SandboxUnavailable as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    else:
+        print("warning: --no-sandbox: submissions run with your permissions (rlimits only)", file=sys.stderr)
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    try:
+        outcomes = grade_class(Path(args.submissions), out, jobs=args.jobs, limits=limits,
+                               sandbox=not args.no_sandbox, progress=not args.no_progress)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    write_csv(outcomes, out / "grades.csv")
+    write_json(outcomes, out / "results.json")
+    from autograder import feedback, gradebook
+    feedback.write_all(outcomes, out)
+    if (args.gradebook or "").lower() != "none":
+        db = Path(args.gradebook) if args.gradebook else out / "gradebook.db"
+        gradebook.write(outcomes, db)
+    n = len(outcomes)
+    print(f"graded {n} submission rows in {time.perf_counter() - t0:.1f} s: {out / 'grades.csv'}, "
+          f"{out / 'report.html'}, {out / 'feedback'}/", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Grade a class: run each submission in its sandbox, judge its records here, write the results.
+
+Per submission (one thread each, ``--jobs`` at a time, each driving one sandboxed process):
+
+1. read the student's file defensively and build the plan from the *released* notebook;
+2. run the harness in the sandbox: it executes the cells and writes one probe record per test;
+3. judge every test of the release here, in the trusted process: a record that is missing,
+   malformed or fails its judge scores 0; a pass scores the cell's points. For checks that forbid
+   torch's built-in normalizations, the student's source is also scanned (:func:`plan.scan_forbidden`).
+
+The score never depends on anything the submission's process claims about itself.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autograder import plan as planmod
+from autograder.ingest import Catalog, Entry, discover
+from autograder.sandbox import HARNESS_IN, Limits, run_sandboxed
+
+ROOT = Path(__file__).resolve().parent.parent
+CSV_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "message", "student_name",
+               "notebook", "tests_passed", "tests_total"]
+
+
+@dataclass
+class TestResult:
+    grade_id: str
+    doc: str
+    points: float
+    max_points: float
+    passed: bool
+    message: str = ""
+
+
+@dataclass
+class Outcome:
+    student_id: str
+    assignment: str
+    student_name: str = ""
+    notebook: str = ""
+    score: float = 0.0
+    max_score: float = 0.0
+    status: str = "graded"  # graded | timeout | crashed | unreadable | missing | unknown-assignment
+    message: str = ""
+    tests: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    cell_errors: list = field(default_factory=list)
+    wall_s: float = 0.0
+    output_tail: str = ""
+
+
+class Course:
+    """The trusted side's view of the course: released notebooks and the checks registry."""
+
+    def __init__(self, root: Path = ROOT):
+        self.root = Path(root)
+        self.catalog = Catalog(self.root / "exercises")
+        self._release: dict = {}
+        self._lock = threading.Lock()
+
+    def release(self, assignment: str) -> list[dict]:
+        with self._lock:
+            if assignment not in self._release:
+                nb = self.root / "exercises" / assignment / self.catalog.notebooks[assignment]
+                self._release[assignment] = planmod.release_cells(nb)
+            return self._release[assignment]
+
+    def tests(self, assignment: str) -> list[planmod.Test]:
+        return planmod.make_plan(self.release(assignment), []).tests
+
+
+def _check(grade_id):
+    from course.checks import get
+    try:
+        return get(grade_id)
+    except KeyError:
+        return None
+
+
+def judge_records(tests: list[planmod.Test], out: Path, code: list[str]) -> list[TestResult]:
+    """The verdict on each test, from the records in ``out`` (trusted side)."""
+    from course.checks import CheckFailed, verdict, wire
+
+    results = []
+    for t in tests:
+        check = _check(t.grade_id)
+        doc = check.doc if check else t.grade_id
+        path = out / f"test_{t.index}.json"
+        passed, msg = False, ""
+        if check is None:
+            msg = f"the grader has no check {t.grade_id!r} (instructor: is the course package complete?)"
+        elif not path.is_file():
+            msg = "this test did not run: the notebook stopped before it (crash, exit, or time limit)"
+        else:
+            try:
+                record = wire.load(str(path))
+                if check.forbidden_ops:
+                    seen = planmod.scan_forbidden(code, check.forbidden_ops)
+                    if seen:
+                        raise CheckFailed(
+                            f"your code uses {', '.join(seen)}. This exercise asks you to compute the "
+                            "normalization yourself from the formula, so implementation checks give no "
+                            "points for torch's built-in (or for code that looks names up dynamically).")
+                verdict(check, record)
+                passed = True
+            except CheckFailed as e:
+                msg = str(e)
+            except Exception as e:  # noqa: BLE001 -- a malformed record, a judge tripping on odd data
+                msg = f"the result of your code could not be checked ({type(e).__name__}: {str(e)[:300]})"
+        results.append(TestResult(t.grade_id, doc, t.points if passed else 0.0, t.points, passed, msg[:2000]))
+    return results
+
+
+def _read_log(path: Path) -> list[dict]:
+    events = []
+    if not path.is_file():
+        return events
+    with open(path, "rb") as f:
+        data = f.read(4 << 20)
+    for line in data.splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(ev, dict):
+            events.append(ev)
+    return events
+
+
+def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandbox: bool = True) -> Outcome:
+    o = Outcome(entry.student_id, entry.assignment, entry.student_name, notes=list(entry.notes))
+    if entry.assignment not in course.catalog.notebooks:
+        o.status = "unknown-assignment"
+        o.message = "; ".join(entry.notes) or f"unknown assignment {entry.assignment}"
+        return o
+    o.notebook = course.catalog.notebooks[entry.assignment]
+    tests = course.tests(entry.assignment)
+    o.max_score = sum(t.points for t in tests)
+
+    def zero(status, message):
+        o.status, o.message = status, message
+        o.tests = [TestResult(t.grade_id, getattr(_check(t.grade_id), "doc", t.grade_id), 0.0, t.points, False,
+                              message) for t in tests]
+        return o
+
+    if entry.path is None:
+        return zero("missing", "; ".join(entry.notes) or "nothing was submitted")
+    try:
+        cells = planmod.read_student_notebook(entry.path, o.notes)
+    except planmod.BadNotebook as e:
+        return zero("unreadable", str(e))
+    except OSError as e:
+        return zero("unreadable", f"the file could not be read: {e.strerror}")
+    plan = planmod.make_plan(course.release(entry.assignment), cells)
+    o.notes.extend(plan.notes)
+
+    block = sorted(set().union(*[c.forbidden_ops for c in map(_check, [t.grade_id for t in tests]) if c]))
+    job = {"steps": plan.steps, "cell_s": limits.cell_s, "block_ops": block}
+    box = Path(tempfile.mkdtemp(prefix="sub-", dir=scratch))
+    try:
+        work, out = box / "work", box / "out"
+        work.mkdir(), out.mkdir()
+        res = run_sandboxed(["python", HARNESS_IN], work=work, out=out, limits=limits, sandbox=sandbox,
+                            stdin_data=(json.dumps(job) + "\n").encode(), course_dir=course.root / "course")
+        o.wall_s = res.wall_s
+        o.output_tail = res.output[-4000:]
+        events = _read_log(out / "log.jsonl")
+        o.cell_errors = [{"label": str(e.get("label", ""))[:80], "error": str(e.get("error"))[:600]}
+                         for e in events if e.get("event") == "cell" and e.get("error")][:50]
+        done = any(e.get("event") == "done" for e in events)
+        o.tests = judge_records(tests, out, plan.student_code)
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
+    o.score = sum(t.points for t in o.tests)
+    if res.timed_out:
+        o.status, o.message = "timeout", (f"the notebook ran longer than the {limits.wall_s:g} s allowed "
+                                          "and was stopped; tests after that point scored 0")
+    elif not done:
+        o.status, o.message = "crashed", ("the notebook's process ended before grading finished "
+                                          f"(exit status {res.returncode}: your code exited, was killed "
+                                          "for using too much memory or CPU, or crashed Python); "
+                                          "tests after that point scored 0")
+    else:
+        failed = [t for t in o.tests if not t.passed]
+        o.message = f"{len(o.tests) - len(failed)} of {len(o.tests)} tests passed"
+    if o.notes:
+        o.message = "; ".join([o.message] + o.notes)
+    return o
+
+
+def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Limits | None = None,
+                sandbox: bool = True, root: Path = ROOT, progress: bool = True) -> list[Outcome]:
+    """Grade every submission in ``src`` into ``out_dir``; return the outcomes, sorted."""
+    import torch
+
+    torch.set_num_threads(1)
+    limits = limits or Limits()
+    course = Course(root)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="autograde-"))
+    try:
+        entries = discover(src, course.catalog, scratch)
+        from course.checks import load_all
+        load_all()
+        jobs = max(1, jobs or os.cpu_count() or 1)
+        outcomes = []
+        bar = None
+        if progress:
+            from tqdm import tqdm
+            bar = tqdm(total=len(entries), desc="grading", unit="nb", file=__import__("sys").stderr)
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futs = {pool.submit(grade_one, e, course, limits, scratch, sandbox): e for e in entries}
+            for fut in as_completed(futs):
+                e = futs[fut]
+                try:
+                    outcomes.append(fut.result())
+                except Exception as exc:  # noqa: BLE001 -- a grader bug must not stop the class
+                    outcomes.append(Outcome(e.student_id, e.assignment, e.student_name, status="error",
+                                            message=f"internal grader error: {type(exc).__name__}: {exc}"))
+                if bar:
+                    bar.set_postfix_str(f"{e.student_id}/{e.assignment}"[:40])
+                    bar.update()
+        if bar:
+            bar.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    outcomes = _fill_class(outcomes, course)
+    return sorted(outcomes, key=lambda o: (o.student_id, o.assignment))
+
+
+def _fill_class(outcomes: list[Outcome], course: Course) -> list[Outcome]:
+    """A row for every student and every assignment handed in by anyone: 'not submitted' rows."""
+    students = {o.student_id: o.student_name for o in outcomes}
+    seen = {(o.student_id, o.assignment) for o in outcomes}
+    assignments = sorted({o.assignment for o in outcomes if o.assignment in course.catalog.notebooks})
+    for s, name in students.items():
+        for a in assignments:
+            if (s, a) not in seen:
+                o = Outcome(s, a, name, notebook=course.catalog.notebooks[a], status="missing",
+                            message="not submitted")
+                tests = course.tests(a)
+                o.max_score = sum(t.points for t in tests)
+                o.tests = [TestResult(t.grade_id, getattr(_check(t.grade_id), "doc", t.grade_id), 0.0, t.points,
+                                      False, "not submitted") for t in tests]
+                outcomes.append(o)
+    return outcomes
+
+
+def write_csv(outcomes: list[Outcome], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for o in outcomes:
+            w.writerow([o.student_id, o.assignment, f"{o.score:g}", f"{o.max_score:g}", o.status,
+                        o.message, o.student_name, o.notebook, sum(t.passed for t in o.tests), len(o.tests)])
+
+
+def write_json(outcomes: list[Outcome], path: Path) -> None:
+    with open(path, "w") as f:
+        json.dump([asdict(o) for o in outcomes], f, indent=1)

@@ -1,0 +1,170 @@
+"""Runs INSIDE the sandbox: execute one submission's cells, probe the graded tests, write records.
+
+Started as ``python /grader/harness.py`` with the job as one JSON line on stdin::
+
+    {"steps": [{"kind": "cell", "label": ..., "source": ...},
+               {"kind": "test", "grade_id": ..., "index": i}, ...],
+     "cell_s": 120, "block_ops": ["native_layer_norm", ...]}
+
+Cells run in order in IPython's ``InteractiveShell`` (magics work; no Jupyter kernel, no zmq):
+an error in a cell is logged and execution goes on, as with ``nbgrader autograde
+--ExecutePreprocessor.allow_errors``. A test step never runs code from the notebook: the harness
+calls ``course.checks.collect`` on the namespace as it stands at that point and writes the record
+(``out/test_<i>.json`` + ``.npz``, :func:`course.checks.wire.dump`). Nothing here decides a score:
+the parent judges the records, and treats anything missing or malformed as a failure. Whatever a
+submission does to this process can only cost it points.
+"""
+import json
+import os
+import signal
+import sys
+
+
+class _CappedText:
+    """sys.stdout/sys.stderr for student code: passes the first ``cap`` characters, drops the rest."""
+
+    def __init__(self, stream, cap=1 << 20):
+        self.stream, self.left = stream, cap
+        self.encoding = getattr(stream, "encoding", "utf-8")
+
+    def write(self, s):
+        s = str(s)
+        if self.left > 0:
+            part = s[: self.left]
+            self.left -= len(part)
+            try:
+                self.stream.write(part)
+            except Exception:  # noqa: BLE001
+                pass
+        return len(s)
+
+    def flush(self):
+        try:
+            self.stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return self.stream.fileno()
+
+
+class CellTimeout(Exception):
+    pass
+
+
+def main():
+    job = json.loads(sys.stdin.buffer.readline())
+    out = os.environ.get("AUTOGRADER_OUT", "/grader/out")
+    # The job pipe stays ours; student code reading stdin gets end-of-file.
+    ctrl = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    log = open(os.path.join(out, "log.jsonl"), "a", buffering=1)
+
+    def note(**kw):
+        log.write(json.dumps(kw) + "\n")
+
+    sys.stdout = _CappedText(sys.stdout)
+    sys.stderr = _CappedText(sys.stderr)
+
+    # Everything the harness needs is imported and looked up before any student code runs.
+    import course.checks as checks
+    from course.checks import wire
+    checks.load_all()
+    collect, dump = checks.collect, wire.dump
+    tests = {}
+    for step in job["steps"]:
+        if step["kind"] == "test":
+            try:
+                tests[step["grade_id"]] = checks.get(step["grade_id"])
+            except KeyError:
+                pass
+    _block_ops(job.get("block_ops") or [])
+
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance(colors="NoColor")
+    shell.user_ns["__name__"] = "__main__"
+    cell_s = float(job.get("cell_s", 120))
+
+    def alarm(signum, frame):
+        raise CellTimeout(f"the cell ran longer than {cell_s:g} s")
+
+    note(event="start")
+    for i, step in enumerate(job["steps"]):
+        if step["kind"] == "cell":
+            signal.signal(signal.SIGALRM, alarm)
+            signal.setitimer(signal.ITIMER_REAL, cell_s)
+            try:
+                res = shell.run_cell(step["source"], store_history=False)
+                err = res.error_before_exec or res.error_in_exec
+            except BaseException as e:  # noqa: BLE001 -- a timeout between IPython's own handlers
+                err = e
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            note(event="cell", i=i, label=step.get("label", ""),
+                 error=None if err is None else f"{type(err).__name__}: {str(err)[:500]}")
+        elif step["kind"] == "test":
+            gid = step["grade_id"]
+            check = tests.get(gid)
+            if check is None:
+                rec = {"ok": False, "error": "KeyError", "where": "",
+                       "message": f"no check is registered under grade id {gid!r}"}
+            else:
+                signal.signal(signal.SIGALRM, alarm)
+                signal.setitimer(signal.ITIMER_REAL, cell_s)
+                try:
+                    rec = collect(check, shell.user_ns)
+                except BaseException as e:  # noqa: BLE001
+                    rec = {"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""}
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                dump(rec, os.path.join(out, f"test_{step['index']}.json"))
+            except Exception as e:  # noqa: BLE001 -- e.g. a probe result that cannot be encoded
+                dump({"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""},
+                     os.path.join(out, f"test_{step['index']}.json"))
+            note(event="test", i=i, grade_id=gid)
+    note(event="done")
+    log.close()
+    sys.__stdout__.flush()
+    os._exit(0)  # no atexit hooks, no finalizers a submission may have registered
+
+
+def _block_ops(names):
+    """Make torch's own kernels for ``names`` raise (the norm exercises forbid the built-ins).
+
+    A second line of defence only: the verdict does not depend on it (the parent scans the source).
+    """
+    if not names:
+        return
+    import warnings
+
+    import torch
+
+    def refuse(name):
+        def kernel(*args, **kwargs):
+            raise RuntimeError(f"torch's built-in {name} is switched off while grading this exercise: "
+                               "compute it from the formula")
+        return kernel
+
+    global _LIB
+    _LIB = torch.library.Library("aten", "IMPL")  # kept alive: dropping it unregisters the kernels
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in names:
+            for key in ("CPU", "CompositeImplicitAutograd"):
+                try:
+                    _LIB.impl(name, refuse(name), key)
+                    break
+                except Exception:  # noqa: BLE001 -- op absent in this torch, or no kernel under that key
+                    continue
+
+
+_LIB = None
+
+if __name__ == "__main__":
+    main()

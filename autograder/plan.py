@@ -1,0 +1,248 @@
+"""What to run for one submission: the released notebook is the skeleton, the student's file only
+supplies answers.
+
+* instructor cells (locked, not graded): the released source, whatever the student's copy says;
+* answer cells (nbgrader ``solution: true``): the student's code cell with the same grade id,
+  else the same cell id; the first one if there are several; missing -> nothing runs there;
+* test cells (``grade: true``): never the student's copy. The release says which tests exist and
+  what each is worth; the harness probes the check of that grade id at that point;
+* cells the student added (matching no released cell) run after the matched cell before them;
+* markdown and raw cells are ignored; outputs in the student's file are never read.
+
+The student's file is read as plain JSON, defensively (:func:`read_student_notebook`): nbformat
+v3 (worksheets) and v4, sources as strings or lists, any junk in metadata.
+"""
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_NOTEBOOK_BYTES = 100 << 20  # bigger files are refused (huge outputs are fine below this)
+MAX_CODE_CHARS = 2_000_000  # all code cells together
+MAX_CELLS = 20_000
+
+
+class BadNotebook(ValueError):
+    """The student's file cannot be read as a notebook; the message is for the student."""
+
+
+@dataclass
+class Test:
+    grade_id: str
+    points: float
+    index: int  # position among the release's graded cells
+
+
+@dataclass
+class Plan:
+    steps: list[dict]  # for the harness: cells and tests, in order
+    tests: list[Test]
+    notes: list[str] = field(default_factory=list)  # things the feedback should say (missing answers...)
+    student_code: list[str] = field(default_factory=list)  # cells the student wrote, for the static scan
+
+
+def _source(cell) -> str:
+    src = cell.get("source", cell.get("input", ""))
+    if isinstance(src, list):
+        src = "".join(x for x in src if isinstance(x, str))
+    return src if isinstance(src, str) else ""
+
+
+def _nbmeta(cell) -> dict:
+    meta = cell.get("metadata")
+    nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return nbg if isinstance(nbg, dict) else {}
+
+
+def read_student_notebook(path: Path, notes: list | None = None) -> list[dict]:
+    """The student's code cells as ``{"source", "grade_id", "id"}``; raises :class:`BadNotebook`.
+
+    Oddities that do not stop grading (old format, another kernel) are appended to ``notes``.
+    """
+    notes = [] if notes is None else notes
+    path = Path(path)
+    size = path.stat().st_size
+    if size == 0:
+        raise BadNotebook("the notebook file is empty (0 bytes)")
+    if size > MAX_NOTEBOOK_BYTES:
+        raise BadNotebook(f"the notebook file is {size >> 20} MB, more than the {MAX_NOTEBOOK_BYTES >> 20} MB "
+                          "allowed (clear the outputs and submit again)")
+    raw = path.read_bytes()
+    try:
+        nb = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise BadNotebook("the notebook file is not text (UTF-8): it is not a Jupyter notebook") from None
+    except json.JSONDecodeError as e:
+        hint = " (the file looks cut off: was the upload complete?)" if e.pos >= len(raw.rstrip()) - 2 else ""
+        raise BadNotebook(f"the notebook file is not valid JSON: {e.msg} at line {e.lineno}, "
+                          f"column {e.colno}{hint}") from None
+    if not isinstance(nb, dict):
+        raise BadNotebook("the notebook file is JSON but not a notebook (no top-level object)")
+    if isinstance(nb.get("cells"), list):
+        cells = nb["cells"]
+    elif isinstance(nb.get("worksheets"), list):  # nbformat 3
+        notes.append(f"the notebook is in the old format v{nb.get('nbformat', 3)}; it was read and graded anyway")
+        cells = [c for ws in nb["worksheets"] if isinstance(ws, dict) and isinstance(ws.get("cells"), list)
+                 for c in ws["cells"]]
+    else:
+        raise BadNotebook("the file is JSON but has no cells: it is not a Jupyter notebook")
+    meta = nb.get("metadata") if isinstance(nb.get("metadata"), dict) else {}
+    ks = meta.get("kernelspec") if isinstance(meta.get("kernelspec"), dict) else {}
+    lang = str(ks.get("language") or (meta.get("language_info") or {}).get("name", "python")
+               if isinstance(meta.get("language_info", {}), dict) else "python")
+    if ks and (ks.get("name") not in (None, "python3", "python") or lang.lower() != "python"):
+        notes.append(f"the notebook names the kernel {str(ks.get('name'))[:40]!r} ({lang[:20]}); "
+                     "it was graded with Python 3 like every submission")
+    if len(cells) > MAX_CELLS:
+        raise BadNotebook(f"the notebook has {len(cells)} cells, more than the {MAX_CELLS} allowed")
+    out, total = [], 0
+    for c in cells:
+        if not isinstance(c, dict) or c.get("cell_type") != "code":
+            continue
+        src = _source(c)
+        total += len(src)
+        if total > MAX_CODE_CHARS:
+            raise BadNotebook(f"the notebook's code is longer than {MAX_CODE_CHARS} characters")
+        gid = _nbmeta(c).get("grade_id")
+        cid = c.get("id")
+        out.append({"source": src, "grade_id": gid if isinstance(gid, str) else None,
+                    "id": cid if isinstance(cid, str) else None})
+    return out
+
+
+def release_cells(path: Path) -> list[dict]:
+    """The released notebook's cells (trusted): role, grade id, cell id, source, points."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    cells = []
+    for c in nb.cells:
+        m = c.get("metadata", {}).get("nbgrader", {})
+        if c.cell_type != "code":
+            role = "markdown"
+        elif m.get("grade") and not m.get("solution"):
+            role = "test"
+        elif m.get("solution"):
+            role = "answer"
+        else:
+            role = "instructor"
+        cells.append({"role": role, "grade_id": m.get("grade_id"), "id": c.get("id"),
+                      "source": c.source, "points": float(m.get("points", 0) or 0)})
+    return cells
+
+
+def make_plan(release: list[dict], student: list[dict]) -> Plan:
+    by_gid, by_id = {}, {}
+    for j, c in enumerate(release):
+        if c["role"] == "markdown":
+            continue
+        if c["grade_id"]:
+            by_gid.setdefault(c["grade_id"], j)
+        if c["id"]:
+            by_id.setdefault(c["id"], j)
+
+    answers: dict[int, str] = {}  # release index -> student's source
+    added: dict[int, list[str]] = {}  # release index of the matched cell before -> added cells
+    anchor = -1
+    notes = []
+    dupes = set()
+    for s in student:
+        j = by_gid.get(s["grade_id"]) if s["grade_id"] else None
+        if j is None and s["id"]:
+            j = by_id.get(s["id"])
+        if j is None:
+            added.setdefault(anchor, []).append(s["source"])
+            continue
+        anchor = j
+        if release[j]["role"] == "answer":
+            if j in answers:
+                dupes.add(release[j]["grade_id"] or release[j]["id"])
+            else:
+                answers[j] = s["source"]
+    for d in sorted(dupes):
+        notes.append(f"the answer cell {d} appears more than once; the first copy was graded")
+
+    steps, tests, code = [], [], []
+    first_answer = next((j for j, c in enumerate(release) if c["role"] == "answer"), len(release))
+
+    def add_extra(j):
+        for src in added.get(j, []):
+            steps.append({"kind": "cell", "label": "a cell you added", "source": src})
+            code.append(src)
+
+    n_test = 0
+    for j, c in enumerate(release):
+        if j == first_answer:
+            add_extra(-1)  # added before any matched cell: after the setup, before the first answer
+        if c["role"] == "instructor":
+            steps.append({"kind": "cell", "label": c["grade_id"] or "setup", "source": c["source"]})
+        elif c["role"] == "answer":
+            if j in answers:
+                steps.append({"kind": "cell", "label": c["grade_id"] or "answer", "source": answers[j]})
+                code.append(answers[j])
+            else:
+                notes.append(f"your notebook has no answer cell {c['grade_id'] or c['id']} "
+                             "(deleted, or its metadata changed); nothing ran in its place")
+        elif c["role"] == "test":
+            t = Test(c["grade_id"], c["points"], n_test)
+            n_test += 1
+            tests.append(t)
+            steps.append({"kind": "test", "grade_id": t.grade_id, "index": t.index})
+        if c["role"] != "markdown":
+            add_extra(j)
+    if first_answer == len(release):
+        add_extra(-1)
+    return Plan(steps=steps, tests=tests, notes=notes, student_code=code)
+
+
+# ------------------------------------------------------------------------------------------------
+# The static scan: built-in normalizations named anywhere in the student's code
+# ------------------------------------------------------------------------------------------------
+
+#: torch classes that compute a normalization for you
+NORM_CLASSES = frozenset({"LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm",
+                          "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm",
+                          "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "SyncBatchNorm"})
+
+
+def _strip_ipython(src: str) -> str:
+    """Cell source as Python: magics and shell escapes (``%``, ``!``) become blank lines."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in src.splitlines())
+
+
+def scan_forbidden(code_cells: list[str], forbidden_ops: frozenset) -> list[str]:
+    """Names of built-in normalizations (or dynamic lookups that could hide them) in the code.
+
+    ``getattr``/``eval``/... count only with a string that names a forbidden op, or with a
+    non-literal argument in the same call (``getattr(F, name)``): a computed name could be anything.
+    """
+    found = set()
+    ops = set(forbidden_ops)
+    for src in code_cells:
+        try:
+            tree = ast.parse(_strip_ipython(src))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                if node.attr in ops:
+                    found.add(node.attr)
+                elif node.attr in NORM_CLASSES:
+                    found.add(f"nn.{node.attr}")
+            elif isinstance(node, ast.Name) and node.id in ops:
+                found.add(node.id)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+                for a in node.names:
+                    if a.name in ops or a.name in NORM_CLASSES:
+                        found.add(a.name)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() in ops | NORM_CLASSES:
+                found.add(node.value.strip())
+            elif isinstance(node, ast.Call):
+                fn = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if fn in ("exec", "eval", "compile", "__import__", "import_module"):
+                    found.add(f"{fn}()")
+                elif fn == "getattr" and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
+                    found.add("getattr() with a computed name")
+    return sorted(found)
