@@ -1,0 +1,353 @@
+"""Checks of exercise 01: ``LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True)``.
+
+Each check is independent (its own points): parameters, agreement with ``torch.nn.LayerNorm``,
+tuple shapes, hard rows, half precision, gradients, shift/scale invariance. The
+implementation checks forbid torch's own normalization ops (``NORM_OPS``). When an output is
+wrong, the judge recomputes what known mistakes would have returned (:func:`formula` with a
+switch flipped) and names the one that matches.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from course.checks import CheckFailed, register
+from course.checks.compare import expect_close
+from course.checks.normcheck import (affine_values, call, detached_grad, grads_judge, grads_probe,
+                                     expect_shape_dtype, params_judge, params_probe, randn,
+                                     row_offsets, set_params, student_class, with_hint)
+from course.checks.ops import NORM_OPS
+
+NAME = "LayerNorm"
+
+
+def _dims(nshape, ndim=None):
+    n = 1 if isinstance(nshape, int) else len(nshape)
+    return tuple(range(-n, 0))
+
+
+def formula(x, w=None, b=None, eps=1e-5, dims=(-1,), *, ddof=0, eps_outside=False, center=True,
+            sqrt=True, rms=False, bias_first=False, dtype=torch.float64, detach=()):
+    """LayerNorm by its formula in ``dtype``, with switches that reproduce known mistakes."""
+    h = x.to(dtype)
+    mu = h.mean(dim=dims, keepdim=True)
+    if rms:
+        var = h.pow(2).mean(dim=dims, keepdim=True)
+    else:
+        n = math.prod(h.shape[d] for d in dims)
+        var = (h - mu).pow(2).sum(dim=dims, keepdim=True) / (n - ddof)
+    if "mean" in detach:
+        mu = mu.detach()
+    if "var" in detach:
+        var = var.detach()
+    denom = (var.sqrt() + eps) if eps_outside else ((var + eps).sqrt() if sqrt else var + eps)
+    y = ((h - mu) if center and not rms else h) / denom
+    if bias_first and b is not None:
+        y = (y + b.to(dtype)) * (w.to(dtype) if w is not None else 1)
+    else:
+        if w is not None:
+            y = y * w.to(dtype)
+        if b is not None:
+            y = y + b.to(dtype)
+    return y
+
+
+def torch_ln(nshape, eps, vals, dtype=torch.float32):
+    m = nn.LayerNorm(nshape, eps=eps).to(dtype)
+    with torch.no_grad():
+        for k, v in vals.items():
+            getattr(m, k).copy_(v.to(dtype))
+    return m
+
+
+def suspects(x, vals, eps, nshape) -> dict:
+    """What known wrong LayerNorms return on ``x`` (float64)."""
+    w, b = vals.get("weight"), vals.get("bias")
+    dims = _dims(nshape)
+    f = lambda **kw: formula(x, **{"w": w, "b": b, "eps": eps, "dims": dims, **kw})  # noqa: E731
+    out = {
+        "the variance is unbiased: divide by D, not D-1 (torch.var(..., unbiased=False), or mean((x - mean)**2))": f(ddof=1),
+        "eps is outside the square root: divide by sqrt(var + eps), not sqrt(var) + eps": f(eps_outside=True),
+        "the mean is not subtracted: normalize x - mean, not x": f(center=False),
+        "this is RMSNorm (x / sqrt(mean(x**2) + eps)): LayerNorm subtracts the mean first": f(rms=True),
+        "it divides by the variance, not by its square root (the standard deviation)": f(sqrt=False),
+        "weight and bias are not applied: return weight * x_hat + bias": f(w=None, b=None),
+        "bias is not added: return weight * x_hat + bias": f(b=None),
+        "weight is not applied: return weight * x_hat + bias": f(w=None),
+        "bias is added before scaling: return weight * x_hat + bias, not weight * (x_hat + bias)": f(bias_first=True),
+        "the eps argument is not used (is it hard-coded?): use the eps given to the constructor": f(eps=1e-5) if eps != 1e-5 else None,
+        "eps is missing: divide by sqrt(var + eps)": f(eps=0.0) if eps >= 1e-3 else None,
+    }
+    if len(dims) > 1:
+        out[f"normalized over the last dimension only: normalized_shape={tuple(nshape)} means the "
+            f"statistics go over the last {len(dims)} dimensions together"] = f(dims=(-1,))
+    axis = "normalized over the wrong axis: the statistics go over the trailing normalized_shape dimension(s), one row (token) at a time"
+    for i, d in enumerate([0, x.dim() - len(dims) - 1] if x.dim() > len(dims) else []):
+        out[axis + " " * i] = f(dims=(d,))  # same message, distinct keys
+    out[axis.replace("wrong axis", "whole tensor at once")] = f(dims=tuple(range(x.dim())))
+    return out
+
+
+def _forward_probe(ns, cases, dtype=torch.float32):
+    cls = student_class(ns, NAME)
+    outs = []
+    for seed, shape, nshape, eps, xkw in cases:
+        m = cls(nshape) if eps is None else cls(nshape, eps=eps)
+        m = m.to(dtype)
+        set_params(m, affine_values(seed + 1, nshape), NAME)
+        x = _input(seed, shape, xkw, dtype)
+        outs.append(call(m, x, NAME))
+    return outs
+
+
+def _input(seed, shape, xkw, dtype=torch.float32):
+    x = randn(seed, *shape, scale=xkw.get("scale", 1.5)) + row_offsets(seed + 100, shape, xkw.get("spread", 2.0))
+    return x.to(dtype)
+
+
+def _forward_judge(out, cases, dtype=torch.float32, hint=""):
+    for (seed, shape, nshape, eps, xkw), y in zip(cases, out):
+        eps_ = 1e-5 if eps is None else eps
+        vals = affine_values(seed + 1, nshape)
+        x = _input(seed, shape, xkw, dtype)
+        want = torch_ln(nshape, eps_, vals, dtype)(x).detach()
+        args = f"{nshape!r}" + ("" if eps is None else f", eps={eps}")
+        what = f"LayerNorm({args}) on an input of shape {tuple(shape)} ({str(dtype)[6:]})"
+        with_hint(lambda: expect_close(y, want, what=what,
+                                       suspects=suspects(x.double(), vals, eps_, nshape)), hint)
+
+
+# --------------------------------------------------------------------------------------------
+
+PARAM_CASES = [
+    ("int", (8,), {}),
+    ("tuple", ((3, 4),), {}),
+    ("eps", (6,), {"eps": 1e-3}),
+    ("no_affine", (8,), {"elementwise_affine": False}),
+]
+
+
+@register("layernorm_parameters", needs=(NAME,))
+class Parameters:
+    """weight (ones) and bias (zeros) of shape normalized_shape, registered like torch.nn.LayerNorm's"""
+
+    @staticmethod
+    def probe(ns):
+        return params_probe(ns, NAME, PARAM_CASES)
+
+    @staticmethod
+    def judge(out):
+        params_judge(out, NAME, PARAM_CASES, nn.LayerNorm, {})
+
+
+MATCH_CASES = [  # seed, input shape, normalized_shape, eps (None: the default), input scale
+    (11, (4, 16, 32), 32, None, {}),
+    (12, (1, 1, 8), 8, None, {}),
+    (13, (6, 48), 48, 0.1, {"scale": 0.5}),
+    (14, (2, 3, 5, 20), 20, 1e-5, {}),
+]
+
+
+@register("layernorm_matches_torch", needs=(NAME,), forbidden_ops=NORM_OPS)
+class MatchesTorch:
+    """same output as torch.nn.LayerNorm on random inputs with random weight and bias"""
+
+    @staticmethod
+    def probe(ns):
+        return _forward_probe(ns, MATCH_CASES)
+
+    @staticmethod
+    def judge(out):
+        _forward_judge(out, MATCH_CASES)
+
+
+TUPLE_CASES = [
+    (21, (3, 5, 4, 8), (4, 8), None, {}),
+    (22, (2, 6, 3, 4), (6, 3, 4), 1e-5, {}),
+    (23, (7, 2, 9), (2, 9), None, {"scale": 0.3}),
+]
+
+
+@register("layernorm_tuple_shape", needs=(NAME,), forbidden_ops=NORM_OPS)
+class TupleShape:
+    """a tuple normalized_shape normalizes over that many trailing dimensions together"""
+
+    @staticmethod
+    def probe(ns):
+        return _forward_probe(ns, TUPLE_CASES)
+
+    @staticmethod
+    def judge(out):
+        _forward_judge(out, TUPLE_CASES)
+
+
+# --------------------------------------------------------------------------------------------
+
+HARD_D = 64
+CONSTANTS = (3.0, -2.5, 0.0, 1.25)  # exact in float32: a constant row's mean is exact too
+#: (name, rows, what it is, tolerance (atol, rtol), hint on failure)
+HARD_GROUPS = [
+    ("constant", slice(0, 4), "constant rows (variance 0: the output must equal bias)", (1e-4, 1e-4),
+     " A constant row has variance 0: with eps inside the square root, (x - mean) / sqrt(0 + eps) = 0."),
+    ("far", slice(8, 12), "rows far from zero (mean 1e4, std 1)", (1e-2, 1e-2),
+     " With a large mean, E[x^2] - E[x]^2 cancels catastrophically in float32: compute the "
+     "variance as mean((x - mean)**2)."),
+    ("tiny", slice(4, 8), "rows with a tiny variance (1e-6, below eps = 1e-5)", (1e-4, 1e-4),
+     " Here eps dominates the variance, so where eps goes (inside the square root) and its default "
+     "(1e-5) decide the output."),
+    ("plain", slice(12, 16), "ordinary rows", (1e-4, 1e-4), ""),
+]
+
+
+def _hard_input():
+    g = torch.Generator().manual_seed(31)
+    z = torch.randn(16, HARD_D, generator=g, dtype=torch.float64)
+    x = torch.empty(16, HARD_D, dtype=torch.float64)
+    x[0:4] = torch.tensor(CONSTANTS, dtype=torch.float64)[:, None]
+    x[4:8] = 0.5 + 1e-3 * z[4:8]
+    x[8:12] = 1e4 + z[8:12]
+    x[12:16] = z[12:16]
+    return x.float()
+
+
+@register("layernorm_hard_rows", needs=(NAME,), forbidden_ops=NORM_OPS)
+class HardRows:
+    """constant rows (no NaN, output = bias), tiny-variance rows and rows with a large mean"""
+
+    @staticmethod
+    def probe(ns):
+        m = student_class(ns, NAME)(HARD_D)
+        set_params(m, affine_values(32, HARD_D), NAME)
+        return call(m, _hard_input(), NAME)
+
+    @staticmethod
+    def judge(y):
+        x = _hard_input()
+        vals = affine_values(32, HARD_D)
+        want32 = torch_ln(HARD_D, 1e-5, vals)(x).detach()
+        want64 = torch_ln(HARD_D, 1e-5, vals, torch.float64)(x.double()).detach().float()
+        sus_all = suspects(x.double(), vals, 1e-5, HARD_D)
+        sus_all["the default eps is not 1e-5"] = formula(x.double(), vals["weight"], vals["bias"], 1e-6)
+        expect_shape_dtype(y, want32, "LayerNorm(64)'s output")
+        for key, rows, what, (atol, rtol), hint in HARD_GROUPS:
+            want = (want64 if key == "far" else want32)[rows]
+            sus = {m: s[rows] for m, s in sus_all.items() if s is not None and s.dim() == 2}
+            if y[rows].isnan().any():
+                raise CheckFailed(f"the output for {what} contains NaN.{hint}")
+            with_hint(lambda: expect_close(y[rows], want, what=f"the output for {what}",
+                                           atol=atol, rtol=rtol, suspects=sus), hint)
+
+
+# --------------------------------------------------------------------------------------------
+
+HALF_CASES = [  # seed, shape, normalized_shape, eps, input scale; values ~300 square past 65504
+    (51, (8, 256), 256, None, {"scale": 300.0, "spread": 0.0}),
+    (52, (4, 8, 64), 64, None, {"scale": 1.0}),
+]
+BF16_CASES = [
+    (53, (8, 256), 256, None, {"scale": 300.0, "spread": 100.0}),
+    (54, (4, 8, 64), 64, None, {"scale": 1.0}),
+]
+HALF_HINT = (" Compute the statistics in float32 (e.g. h = x.float()) and cast the result back "
+             "with .to(x.dtype): float16 overflows past 65504, and (x - mean)**2 of values around "
+             "300 is already 90000.")
+
+
+@register("layernorm_half_precision", needs=(NAME,), forbidden_ops=NORM_OPS)
+class HalfPrecision:
+    """float16 and bfloat16 inputs: output keeps the dtype, no overflow where torch has none"""
+
+    @staticmethod
+    def probe(ns):
+        return {"float16": _forward_probe(ns, HALF_CASES, torch.float16),
+                "bfloat16": _forward_probe(ns, BF16_CASES, torch.bfloat16)}
+
+    @staticmethod
+    def judge(out):
+        _forward_judge(out["float16"], HALF_CASES, torch.float16, HALF_HINT)
+        _forward_judge(out["bfloat16"], BF16_CASES, torch.bfloat16, HALF_HINT)
+
+
+# --------------------------------------------------------------------------------------------
+
+GRAD_SPECS = [(41, (3, 5, 24), 24), (42, (2, 3, 4, 6), (4, 6))]
+
+
+def _grad_cases():
+    cases = []
+    for seed, shape, nshape in GRAD_SPECS:
+        x = randn(seed, *shape, dtype=torch.float64) + row_offsets(seed + 100, shape).double()
+        g = randn(seed + 2, *shape, dtype=torch.float64)
+        cases.append(((nshape,), {}, x, affine_values(seed + 1, nshape), g))
+    return cases
+
+
+def _detached(x, vals, g, i):
+    dims = _dims(GRAD_SPECS[i][2])
+    fn = lambda x, v, d: formula(x, v["weight"], v["bias"], 1e-5, dims, detach=d)  # noqa: E731
+    return {
+        "the statistics are detached from the graph (.detach(), .item() or .data): the gradient must flow through the mean and the variance too":
+            detached_grad(fn, x, vals, g, ("mean", "var")),
+        "the variance is detached from the graph: the gradient must flow through it too":
+            detached_grad(fn, x, vals, g, ("var",)),
+        "the mean is detached from the graph: the gradient must flow through it too":
+            detached_grad(fn, x, vals, g, ("mean",)),
+    }
+
+
+@register("layernorm_gradients", needs=(NAME,), forbidden_ops=NORM_OPS)
+class Gradients:
+    """gradients with respect to the input, weight and bias equal torch.nn.LayerNorm's (float64)"""
+
+    @staticmethod
+    def probe(ns):
+        return grads_probe(ns, NAME, _grad_cases())
+
+    @staticmethod
+    def judge(out):
+        grads_judge(out, NAME, _grad_cases(), lambda i: nn.LayerNorm(GRAD_SPECS[i][2]), _detached)
+
+
+# --------------------------------------------------------------------------------------------
+
+N_SEEDS = 40
+
+
+def _invariance_case(seed):
+    g = torch.Generator().manual_seed(7000 + seed)
+    d = 8 + (13 * seed) % 90
+    rows = 1 + seed % 4
+    a = float(torch.empty(()).uniform_(math.log(0.5), math.log(50.0), generator=g).exp())
+    b = float(torch.empty(()).uniform_(-50.0, 50.0, generator=g))
+    x = randn(8000 + seed, rows, d)
+    return d, x, a, b
+
+
+@register("layernorm_shift_scale_invariance", needs=(NAME,), forbidden_ops=NORM_OPS)
+class ShiftScaleInvariance:
+    """LayerNorm(a*x + b) == LayerNorm(x) for a > 0, on 40 random rows, sizes and (a, b)"""
+
+    @staticmethod
+    def probe(ns):
+        cls = student_class(ns, NAME)
+        out = []
+        for seed in range(N_SEEDS):
+            d, x, a, b = _invariance_case(seed)
+            m = cls(d)
+            set_params(m, {"weight": torch.ones(d), "bias": torch.zeros(d)}, NAME)
+            out.append([call(m, x, NAME), call(m, a * x + b, NAME)])
+        return out
+
+    @staticmethod
+    def judge(out):
+        for seed, (y, y_ab) in enumerate(out):
+            d, x, a, b = _invariance_case(seed)
+            ref = nn.LayerNorm(d)
+            expect_close(y, ref(x).detach(), what=f"LayerNorm({d}) on random rows (seed {seed})",
+                         atol=1e-3, rtol=1e-3, suspects=suspects(x.double(), {}, 1e-5, d))
+            expect_close(y_ab, y.detach(), atol=1e-3, rtol=1e-3,
+                         what=f"LayerNorm({d}) of {a:.3g} * x + {b:.3g} (seed {seed}): it should equal "
+                              "LayerNorm(x), since subtracting the mean removes b and dividing by "
+                              "the standard deviation removes a; yours")

@@ -1,0 +1,211 @@
+"""What the LayerNorm (01) and RMSNorm (02) checks share: seeded inputs, putting weights into a
+student's module, and the parameter and gradient probes.
+
+Probe and judge run in different processes, so both rebuild every input from its seed with
+:func:`randn`; the probe copies the same seeded weights into the student's module by the
+contract's names (``weight``, ``bias``), the judge into torch's own module.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from course.checks import CheckFailed
+from course.checks.compare import expect_close, expect_tensor
+
+
+def randn(seed: int, *shape: int, scale: float = 1.0, offset: float = 0.0,
+          dtype=torch.float32) -> torch.Tensor:
+    """A seeded normal tensor, drawn in float64 then cast: the same on every machine."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale + offset).to(dtype)
+
+
+def row_offsets(seed: int, shape, spread: float = 2.0) -> torch.Tensor:
+    """One offset per row (broadcast over the last dim): rows with different means."""
+    return randn(seed, *shape[:-1], 1, scale=spread)
+
+
+def affine_values(seed: int, shape, names=("weight", "bias")) -> dict[str, torch.Tensor]:
+    """Seeded, non-trivial weight (about 1) and bias (about 0) of shape ``shape``."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    out = {"weight": 1.0 + 0.5 * randn(seed, *shape)}
+    if "bias" in names:
+        out["bias"] = 0.5 * randn(seed + 1, *shape)
+    return out
+
+
+def student_class(ns: dict, name: str):
+    cls = ns[name]
+    if not isinstance(cls, type) or not issubclass(cls, nn.Module):
+        raise CheckFailed(f"{name} should be a class derived from torch.nn.Module, "
+                          f"but it is {type(cls).__name__}")
+    return cls
+
+
+def set_params(module, vals: dict, owner: str) -> None:
+    """Probe side: copy ``vals`` into ``module.weight`` / ``module.bias`` (in the module's dtype)."""
+    for name, v in vals.items():
+        p = getattr(module, name, None)
+        if not isinstance(p, torch.Tensor):
+            raise CheckFailed(f"{owner} has no tensor attribute {name!r}: the contract names the "
+                              f"learned parameters weight{' and bias' if 'bias' in vals else ''}, "
+                              "like torch's own module")
+        if tuple(p.shape) != tuple(v.shape):
+            raise CheckFailed(f"{owner}.{name} has shape {tuple(p.shape)}, expected {tuple(v.shape)}")
+        with torch.no_grad():
+            p.copy_(v.to(p.dtype))
+
+
+def with_hint(check, hint: str) -> None:
+    """Run ``check()``; when it fails without naming a known mistake, add ``hint`` to its message."""
+    try:
+        check()
+    except CheckFailed as e:
+        if " is wrong: " in str(e) or not hint:
+            raise
+        raise CheckFailed(f"{e}{hint}") from None
+
+
+def expect_shape_dtype(actual, expected: torch.Tensor, what: str) -> None:
+    actual = expect_tensor(actual, what)
+    if actual.shape != expected.shape:
+        raise CheckFailed(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    if actual.dtype != expected.dtype:
+        raise CheckFailed(f"{what} has dtype {actual.dtype}, expected {expected.dtype} "
+                          "(the output should keep the input's dtype)")
+
+
+def call(module, x, owner: str):
+    """Probe side: ``module(x)``, insisting on a plain tensor back."""
+    y = module(x)
+    if not isinstance(y, torch.Tensor):
+        raise CheckFailed(f"{owner} returned {type(y).__name__}, not a torch.Tensor")
+    return y
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters: names, shapes, initial values, registration, state_dict keys
+# --------------------------------------------------------------------------------------------
+
+def _describe(m: nn.Module) -> dict:
+    attrs = {}
+    for name in ("weight", "bias"):
+        v = getattr(m, name, None)
+        attrs[name] = {
+            "kind": "Parameter" if isinstance(v, nn.Parameter) else
+                    ("tensor" if isinstance(v, torch.Tensor) else type(v).__name__),
+            "value": torch.Tensor.detach(v).clone() if isinstance(v, torch.Tensor) else None,
+            "requires_grad": bool(v.requires_grad) if isinstance(v, torch.Tensor) else False,
+        }
+    return {
+        "params": sorted(n for n, _ in m.named_parameters()),
+        "state_keys": sorted(m.state_dict().keys()),
+        "attrs": attrs,
+        "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(m).__mro__],
+    }
+
+
+def params_probe(ns: dict, name: str, cases) -> dict:
+    cls = student_class(ns, name)
+    return {key: _describe(cls(*args, **kw)) for key, args, kw in cases}
+
+
+def params_judge(out: dict, name: str, cases, torch_cls, torch_kw: dict) -> None:
+    forbidden = f"torch.nn.modules.normalization.{name}"
+    for key, args, kw in cases:
+        got = out[key]
+        call_str = f"{name}({', '.join([repr(a) for a in args] + [f'{k}={v!r}' for k, v in kw.items()])})"
+        if forbidden in got["mro"]:
+            raise CheckFailed(f"{name} is derived from torch.nn.{name}: write it from nn.Module, "
+                              "with your own parameters and forward")
+        ref = torch_cls(*args, **{**torch_kw, **kw})
+        want = _describe(ref)
+        if got["params"] != want["params"]:
+            extra = sorted(set(got["params"]) - set(want["params"]))
+            missing = sorted(set(want["params"]) - set(got["params"]))
+            msg = f"{call_str} has parameters {got['params']}, expected {want['params']}"
+            for m in missing:
+                kind = got["attrs"].get(m, {}).get("kind")
+                if kind == "tensor":
+                    msg += (f". {m} is a plain tensor: wrap it in nn.Parameter so that it is "
+                            "registered, trained, moved by .to() and saved in the state_dict")
+            if extra and not missing:
+                msg += f" ({', '.join(extra)} should not be there)"
+            raise CheckFailed(msg)
+        if got["state_keys"] != want["state_keys"]:
+            raise CheckFailed(f"{call_str}.state_dict() has keys {got['state_keys']}, "
+                              f"expected {want['state_keys']} (like torch.nn.{name})")
+        for p in want["params"]:
+            exp = want["attrs"][p]["value"]
+            val = got["attrs"][p]["value"]
+            expect_tensor(val, f"{call_str}.{p}")
+            if tuple(val.shape) != tuple(exp.shape):
+                raise CheckFailed(f"{call_str}.{p} has shape {tuple(val.shape)}, expected "
+                                  f"{tuple(exp.shape)} (the normalized_shape)")
+            if not torch.equal(val.double(), exp.double()):
+                init = "ones" if p == "weight" else "zeros"
+                raise CheckFailed(f"{call_str}.{p} should start as {init} (so that a fresh layer "
+                                  "only normalizes)")
+            if not got["attrs"][p]["requires_grad"]:
+                raise CheckFailed(f"{call_str}.{p} does not require grad: it is a learned parameter")
+
+
+# --------------------------------------------------------------------------------------------
+# Gradients (float64)
+# --------------------------------------------------------------------------------------------
+
+def grads_probe(ns: dict, name: str, cases) -> list:
+    """``cases``: (ctor args, ctor kwargs, x, weights, upstream grad) -> outputs and gradients."""
+    cls = student_class(ns, name)
+    out = []
+    for args, kw, x, vals, g in cases:
+        m = cls(*args, **kw).double()
+        set_params(m, vals, name)
+        x = x.clone().requires_grad_(True)
+        y = call(m, x, name)
+        if not y.requires_grad:
+            raise CheckFailed(f"{name}'s output does not depend on its input through autograd "
+                              "(.detach(), .data, numpy or torch.no_grad() in forward?)")
+        (y * g).sum().backward()
+        grads, kinds = {"x": x.grad}, {}
+        for p in vals:
+            t = getattr(m, p, None)
+            grads[p] = t.grad if isinstance(t, torch.Tensor) else None
+            kinds[p] = "Parameter" if isinstance(t, nn.Parameter) else type(t).__name__
+        out.append({"y": y.detach(), "grads": grads, "kinds": kinds})
+    return out
+
+
+def grads_judge(out: list, name: str, cases, torch_module, suspects_fn=None) -> None:
+    """Compare with torch's gradients; ``suspects_fn(x, vals, g, i)`` -> {message: wrong dx}."""
+    tol = dict(atol=1e-5, rtol=1e-5)  # float32-precision statistics inside are fine
+    for i, ((args, kw, x, vals, g), got) in enumerate(zip(cases, out)):
+        ref = torch_module(i).double()
+        with torch.no_grad():
+            for p, v in vals.items():
+                getattr(ref, p).copy_(v)
+        xr = x.clone().requires_grad_(True)
+        y = ref(xr)
+        (y * g).sum().backward()
+        expect_close(got["y"], y.detach(), what=f"{name}'s output (float64 input)", **tol)
+        sus = suspects_fn(x, vals, g, i) if suspects_fn else {}
+        expect_close(got["grads"]["x"], xr.grad, what="the gradient with respect to the input",
+                     suspects=sus, **tol)
+        for p in vals:
+            gp = got["grads"][p]
+            if got["kinds"][p] != "Parameter":
+                raise CheckFailed(f"{name}.{p} is a {got['kinds'][p]}, not an nn.Parameter: "
+                                  "module.double() and .to() do not convert it, and an optimizer "
+                                  "given module.parameters() never trains it")
+            if gp is None:
+                raise CheckFailed(f"{name}.{p}.grad is None after backward: make {p} an "
+                                  "nn.Parameter and use it in forward")
+            expect_close(gp, getattr(ref, p).grad, what=f"the gradient with respect to {p}", **tol)
+
+
+def detached_grad(fn, x, vals, g, detach) -> torch.Tensor:
+    """dx of ``sum(fn(x, detach) * g)``: what a forward with detached statistics gives."""
+    x = x.clone().requires_grad_(True)
+    (fn(x, vals, detach) * g).sum().backward()
+    return x.grad
