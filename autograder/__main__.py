@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads", type=int, default=d.threads, help=f"torch/OpenMP threads per submission ({d.threads})")
     g.add_argument("--no-sandbox", action="store_true",
                    help="run submissions WITHOUT the bubblewrap sandbox (only rlimits): trusted code only")
+    g.add_argument("--course-root", default=str(ROOT), help=argparse.SUPPRESS)  # tests: another course tree
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap
 
@@ -64,7 +65,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         outcomes = grade_class(Path(args.submissions), out, jobs=args.jobs, limits=limits,
-                               sandbox=not args.no_sandbox, progress=not args.no_progress)
+                               sandbox=not args.no_sandbox, progress=not args.no_progress,
+                               root=Path(args.course_root))
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -74,7 +76,7 @@ def main(argv=None) -> int:
     feedback.write_all(outcomes, out)
     if (args.gradebook or "").lower() != "none":
         db = Path(args.gradebook) if args.gradebook else out / "gradebook.db"
-        gradebook.write(outcomes, db)
+        gradebook.write(outcomes, db, root=Path(args.course_root))
     n = len(outcomes)
     print(f"graded {n} submission rows in {time.perf_counter() - t0:.1f} s: {out / 'grades.csv'}, "
           f"{out / 'report.html'}, {out / 'feedback'}/", file=sys.stderr)

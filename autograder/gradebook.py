@@ -1,0 +1,69 @@
+"""Write the grades into an nbgrader gradebook, so the formgrader and ``nbgrader export`` keep working.
+
+The assignments, notebooks and grade cells are created the way nbgrader creates them: by
+``nbgrader generate_assignment`` (in a scratch copy of the course, pointed at this database).
+Each graded submission then replaces any earlier one of the same student and assignment, and
+every grade cell gets its ``auto_score``.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from course.release import ROOT, scratch_course, venv_env
+
+
+def populate(db: Path, assignments: list[str], root: Path = ROOT) -> None:
+    """Run ``nbgrader generate_assignment`` for each assignment, all against ``db`` (in parallel)."""
+    url = f"sqlite:///{Path(db).resolve()}"
+    with tempfile.TemporaryDirectory() as tmp:
+        course = scratch_course(Path(tmp), root)
+        # One at a time: sqlite and nbgrader's schema migration do not like concurrent first writers.
+        for a in assignments:
+            proc = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", a, "--force",
+                                   f"--db={url}"], cwd=course, capture_output=True, text=True, env=venv_env())
+            if proc.returncode != 0:
+                raise RuntimeError(f"nbgrader generate_assignment {a} failed:\n{proc.stdout}\n{proc.stderr}")
+
+
+def write(outcomes, db: Path, root: Path = ROOT) -> None:
+    """Record every outcome of a known assignment in the gradebook at ``db`` (created if needed)."""
+    import os
+
+    from nbgrader.api import Gradebook, MissingEntry
+
+    os.environ["PATH"] = venv_env()["PATH"]  # nbgrader's Gradebook shells out to alembic
+    db = Path(db)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    graded = [o for o in outcomes if o.notebook and o.status != "unknown-assignment"]
+    assignments = sorted({o.assignment for o in graded})
+    if not assignments:
+        return
+    url = f"sqlite:///{db.resolve()}"
+    with Gradebook(url) as gb:
+        known = {a.name for a in gb.assignments}
+    missing = [a for a in assignments if a not in known]
+    if missing:
+        populate(db, missing, root)
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    import warnings
+    with Gradebook(url) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes from inside nbgrader's add_submission
+        for o in graded:
+            first, _, last = (o.student_name or "").partition(" ")
+            gb.update_or_create_student(o.student_id, first_name=first or None, last_name=last or None)
+            try:
+                gb.remove_submission(o.assignment, o.student_id)  # a resubmission replaces the earlier one
+            except MissingEntry:
+                pass
+            sub = gb.add_submission(o.assignment, o.student_id, timestamp=now)
+            scores = {t.grade_id: t.points for t in o.tests}
+            for nb in sub.notebooks:
+                for g in nb.grades:
+                    if g.name in scores:
+                        g.auto_score = float(scores[g.name])
+                        g.needs_manual_grade = False
+            gb.db.commit()
