@@ -1,0 +1,371 @@
+"""Checks for exercise 03: ``apply_residual_connection`` and ``ResidualBlock``.
+
+Every probe builds a small ``ResidualBlock`` around a sublayer it makes itself (a seeded
+``Linear`` then ``Tanh``), turns it to float64, copies seeded weights into the block's norm
+(``block.norm``, the name the notebook asks for) and returns what the block computes. Every
+judge rebuilds the sublayer and the norm weights from the same seeds, computes the formula
+with torch's own ``nn.LayerNorm`` / ``nn.RMSNorm``, and, on a mismatch, tries the outputs of
+known wrong blocks to say which mistake it is.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from course.checks import CheckFailed, register
+from course.checks.compare import expect_close, expect_tensor
+from course.checks.seeded import (DTYPE, as_module, dropped_pattern, load_into, make_norm,
+                                  norm_spec, randn, values)
+
+D = 8
+SHAPE = (4, 8, D)  # 256 elements: enough to see a dropout rate
+
+NORM_HINT = {
+    "layer": "with norm='layer' the block keeps nn.LayerNorm(dim) as self.norm (weight and bias)",
+    "rms": "with norm='rms' the block keeps nn.RMSNorm(dim, eps=1e-6) as self.norm (weight only)",
+}
+
+POST_INSTEAD_OF_PRE = "this is post-norm, norm(x + F(x)), but norm_first=True asks for pre-norm: x + F(norm(x))"
+PRE_INSTEAD_OF_POST = "this is pre-norm, x + F(norm(x)), but norm_first=False asks for post-norm: norm(x + F(x))"
+NORMED_RESIDUAL = "the residual is added to the normed input: add x, not norm(x)"
+NO_RESIDUAL = "the residual connection is missing: the block returns the branch without adding x"
+NO_NORM = "the sublayer sees x itself: normalize its input first, x + F(norm(x))"
+NORM_ON_OUTPUT = "the norm is applied to the sublayer's output; in pre-norm it goes on the sublayer's input"
+DROPOUT_ON_STREAM = "dropout is applied to the residual stream (x + branch); it belongs on the branch only"
+DROPOUT_ON_X = "dropout is applied to x, the residual path; it belongs on the branch only"
+NO_DROPOUT = "no dropout in train mode: the branch should go through dropout before the add"
+DROPOUT_IN_EVAL = "dropout is still active in eval mode: use nn.Dropout (it is off after .eval())"
+
+
+# --------------------------------------------------------------------------------------------
+# Shared by probes and judges: the same sublayer, norm weights and inputs from the same seeds
+# --------------------------------------------------------------------------------------------
+
+def sublayer(seed: int, zero: bool = False) -> nn.Module:
+    """F: a seeded Linear(D, D) then Tanh (zero weights: F(x) = 0)."""
+    lin = nn.Linear(D, D, dtype=DTYPE)
+    w = values([("weight", (D, D), "linear"), ("bias", (D,), "bias")], seed + 1000)
+    with torch.no_grad():
+        lin.weight.copy_(0 * w["weight"] if zero else w["weight"])
+        lin.bias.copy_(0 * w["bias"] if zero else 3 * w["bias"])
+    return nn.Sequential(lin, nn.Tanh())
+
+
+def norm_values(seed: int, kind: str) -> dict:
+    return values(norm_spec(kind, D, "norm."), seed + 2000)
+
+
+def inputs(seed: int, scale: float = 1.5, offset: float = 0.7) -> torch.Tensor:
+    return randn(seed, *SHAPE, scale=scale, offset=offset)
+
+
+def build(ns: dict, seed: int, *, norm="layer", norm_first=True, dropout=0.0, residual_scale=1.0,
+          zero=False) -> nn.Module:
+    """The student's ResidualBlock around our sublayer, float64, with our norm weights (probe side)."""
+    block = ns["ResidualBlock"](D, sublayer(seed, zero), norm=norm, norm_first=norm_first,
+                                dropout=dropout, residual_scale=residual_scale)
+    block = as_module(block, "ResidualBlock(...)")
+    block.double()
+    if not isinstance(getattr(block, "norm", None), nn.Module):
+        raise CheckFailed("ResidualBlock should keep its norm as self.norm (the tests copy weights into it): "
+                          + NORM_HINT[norm])
+    load_into(block, norm_values(seed, norm), "ResidualBlock", NORM_HINT[norm])
+    return block
+
+
+def parts(seed: int, kind: str = "layer", eps=None):
+    """Judge side: (F, norm) as torch modules with the probe's weights."""
+    return sublayer(seed), make_norm(kind, D, norm_values(seed, kind), "norm.", eps)
+
+
+# --------------------------------------------------------------------------------------------
+# apply_residual_connection
+# --------------------------------------------------------------------------------------------
+
+@register("residual_function", needs=("apply_residual_connection",))
+class ResidualFunction:
+    """apply_residual_connection(x, sublayer_output) returns x + sublayer_output, lets gradients reach both, leaves x alone"""
+
+    @staticmethod
+    def probe(ns):
+        f = ns["apply_residual_connection"]
+        x, y = randn(1, 2, 3, 4), randn(2, 2, 3, 4)
+        x0 = x.clone()
+        out = f(x, y)
+        if not torch.equal(x, x0):
+            return {"x_changed": True}
+        xg, yg = randn(1, 2, 3, 4).requires_grad_(), randn(2, 2, 3, 4).requires_grad_()
+        out_g = f(xg, yg)
+        out_g = expect_tensor(out_g, "apply_residual_connection(x, sublayer_output)")
+        (out_g * randn(3, 2, 3, 4)).sum().backward()
+        return {"out": out, "x_changed": False, "grad_x": xg.grad, "grad_y": yg.grad}
+
+    @staticmethod
+    def judge(out):
+        x, y, w = randn(1, 2, 3, 4), randn(2, 2, 3, 4), randn(3, 2, 3, 4)
+        if out["x_changed"]:
+            raise CheckFailed("apply_residual_connection changed x in place (x += ...): "
+                              "return x + sublayer_output as a new tensor")
+        expect_close(out["out"], x + y, what="apply_residual_connection(x, sublayer_output)", suspects={
+            "it returns sublayer_output alone: add x to it": y,
+            "it returns x alone: add sublayer_output to it": x,
+            "it subtracts: the residual connection is x + sublayer_output": x - y,
+            "it multiplies: the residual connection is x + sublayer_output": x * y,
+        })
+        for name in ("grad_x", "grad_y"):
+            if out[name] is None:
+                raise CheckFailed(f"no gradient reached {name[-1]}: the sum must stay in the autograd graph "
+                                  "(no .detach(), no torch.no_grad())")
+            expect_close(out[name], w, what=f"the gradient with respect to {name[-1]}")
+
+
+# --------------------------------------------------------------------------------------------
+# ResidualBlock
+# --------------------------------------------------------------------------------------------
+
+@register("residual_block_parameters", needs=("ResidualBlock",))
+class BlockParameters:
+    """ResidualBlock registers its norm as `norm` (LayerNorm: weight and bias; RMSNorm: weight) and the sublayer as `sublayer`"""
+
+    @staticmethod
+    def probe(ns):
+        out = {}
+        for kind in ("layer", "rms"):
+            blk = as_module(ns["ResidualBlock"](D, sublayer(0), norm=kind), "ResidualBlock(...)")
+            out[kind] = sorted(blk.state_dict().keys())
+        return out
+
+    @staticmethod
+    def judge(out):
+        sub = ["sublayer.0.bias", "sublayer.0.weight"]
+        for kind, norm_keys in (("layer", ["norm.bias", "norm.weight"]), ("rms", ["norm.weight"])):
+            keys = out[kind]
+            if not isinstance(keys, list):
+                raise CheckFailed("state_dict keys should be strings")
+            want = sorted(norm_keys + sub)
+            if keys == want:
+                continue
+            if kind == "rms" and "norm.bias" in keys:
+                raise CheckFailed("with norm='rms' the block's norm has a bias: norm='rms' is ignored, "
+                                  "it should be nn.RMSNorm(dim, eps=1e-6), which has a weight only")
+            if kind == "layer" and keys == sorted(["norm.weight"] + sub):
+                raise CheckFailed("with norm='layer' the block's norm has no bias: it should be nn.LayerNorm(dim)")
+            missing, extra = sorted(set(want) - set(keys)), sorted(set(keys) - set(want))
+            raise CheckFailed(f"ResidualBlock(dim, sublayer, norm={kind!r}) has the wrong parameters: missing "
+                              f"{missing or 'none'}, unexpected {extra or 'none'}. Keep the sublayer as "
+                              "self.sublayer and the norm as self.norm.")
+
+
+def _pre(F_, norm, x, s=1.0):
+    return x + s * F_(norm(x))
+
+
+def _post(F_, norm, x, s=1.0):
+    return norm(x + s * F_(x))
+
+
+PRE_CASES = [(10, 1.5, 0.7), (11, 4.0, -2.0), (12, 1e-3, 5e-4)]  # (seed, scale, offset); the last one needs eps=1e-5
+
+
+@register("residual_block_prenorm", needs=("ResidualBlock",))
+class BlockPreNorm:
+    """A pre-norm ResidualBlock (norm_first=True, norm='layer') computes x + F(LayerNorm(x))"""
+
+    @staticmethod
+    def probe(ns):
+        out = []
+        for seed, scale, offset in PRE_CASES:
+            blk = build(ns, seed)
+            out.append(blk(inputs(seed, scale, offset)))
+        return out
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        for (seed, scale, offset), y in zip(PRE_CASES, out):
+            x = inputs(seed, scale, offset)
+            F_, ln = parts(seed)
+            expect_close(y, _pre(F_, ln, x), what="the pre-norm block's output", suspects={
+                POST_INSTEAD_OF_PRE: _post(F_, ln, x),
+                NORMED_RESIDUAL: ln(x) + F_(ln(x)),
+                NO_RESIDUAL: F_(ln(x)),
+                NO_NORM: x + F_(x),
+                NORM_ON_OUTPUT: x + ln(F_(x)),
+                "LayerNorm's eps should be 1e-5 (nn.LayerNorm's default)": _pre(F_, parts(seed, eps=1e-6)[1], x),
+            })
+
+
+@register("residual_block_zero_sublayer_is_identity", needs=("ResidualBlock",))
+class BlockZeroIsIdentity:
+    """With a sublayer that outputs zeros, a pre-norm ResidualBlock returns its input exactly (any norm, scale, dropout)"""
+
+    CASES = [(20, "layer", 1.0, 0.0, 1.0), (21, "rms", 0.5, 0.0, 1e3), (22, "layer", 2.0, 0.5, 1e-3)]
+
+    @staticmethod
+    def probe(ns):
+        out = []
+        for seed, kind, s, p, scale in BlockZeroIsIdentity.CASES:
+            blk = build(ns, seed, norm=kind, residual_scale=s, dropout=p, zero=True).train()
+            torch.manual_seed(seed)
+            out.append(blk(inputs(seed, scale)))
+        return out
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        for (seed, kind, s, p, scale), y in zip(BlockZeroIsIdentity.CASES, out):
+            x = inputs(seed, scale)
+            what = f"ResidualBlock(norm={kind!r}, residual_scale={s}, dropout={p}) with F(x) = 0"
+            y = expect_tensor(y, what)
+            if y.shape == x.shape and y.dtype == x.dtype and torch.equal(y, x):
+                continue
+            _, n = parts(seed, kind)
+            if p and y.shape == x.shape and dropped_pattern(y, x, p):
+                raise CheckFailed(f"{what} is wrong: {DROPOUT_ON_STREAM}")
+            expect_close(y, x, what=what, suspects={
+                POST_INSTEAD_OF_PRE: n(x),
+                "residual_scale multiplies x: it should scale the branch only": s * x,
+                NO_RESIDUAL: 0 * x,
+            })
+            raise CheckFailed(f"{what} should return x exactly (x + 0 = x), but it differs from x by up to "
+                              f"{(y.double() - x).abs().max().item():.3g}")
+
+
+@register("residual_block_postnorm", needs=("ResidualBlock",))
+class BlockPostNorm:
+    """A post-norm ResidualBlock (norm_first=False) computes LayerNorm(x + F(x))"""
+
+    @staticmethod
+    def probe(ns):
+        return [build(ns, seed, norm_first=False)(inputs(seed, scale, offset)) for seed, scale, offset in PRE_CASES]
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        for (seed, scale, offset), y in zip(PRE_CASES, out):
+            x = inputs(seed, scale, offset)
+            F_, ln = parts(seed)
+            expect_close(y, _post(F_, ln, x), what="the post-norm block's output", suspects={
+                PRE_INSTEAD_OF_POST: _pre(F_, ln, x),
+                NO_RESIDUAL + " (post-norm: norm(x + F(x)))": ln(F_(x)),
+                "the norm is missing: post-norm is norm(x + F(x))": x + F_(x),
+                "the sublayer sees norm(x) and the sum is normed again: post-norm is norm(x + F(x))": ln(x + F_(ln(x))),
+            })
+
+
+RMS_CASES = [(30, True, 1.0, 0.5), (31, True, 1e-3, 5e-4), (32, False, 1e-3, 5e-4)]  # tiny x: eps matters
+
+
+@register("residual_block_rms", needs=("ResidualBlock",))
+class BlockRMS:
+    """norm='rms' uses RMSNorm with eps 1e-6 (pre-norm and post-norm)"""
+
+    @staticmethod
+    def probe(ns):
+        return [build(ns, seed, norm="rms", norm_first=first)(inputs(seed, scale, offset))
+                for seed, first, scale, offset in RMS_CASES]
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        for (seed, first, scale, offset), y in zip(RMS_CASES, out):
+            x = inputs(seed, scale, offset)
+            F_, rms = parts(seed, "rms")
+            form = _pre if first else _post
+            w = norm_values(seed, "rms")["norm.weight"]
+            ln = make_norm("layer", D, {"norm.weight": w}, "norm.")  # LayerNorm with our weight, bias 0
+            expect_close(y, form(F_, rms, x), what=f"ResidualBlock(norm='rms', norm_first={first})'s output", suspects={
+                "norm='rms' is ignored: this is LayerNorm (it subtracts the mean); use nn.RMSNorm(dim, eps=1e-6)": form(F_, ln, x),
+                "RMSNorm's eps should be 1e-6, not 1e-5": form(F_, parts(seed, "rms", eps=1e-5)[1], x),
+                "RMSNorm's eps should be 1e-6: nn.RMSNorm(dim) without eps uses the dtype's machine epsilon":
+                    form(F_, parts(seed, "rms", eps=torch.finfo(DTYPE).eps)[1], x),
+                "RMSNorm's eps should be 1e-6, not 1e-8": form(F_, parts(seed, "rms", eps=1e-8)[1], x),
+            })
+
+
+SCALE_CASES = [(40, True, 0.3), (41, False, 0.3), (42, True, 2.5)]
+
+
+@register("residual_block_residual_scale", needs=("ResidualBlock",))
+class BlockScale:
+    """residual_scale multiplies the branch only: x + s*F(norm(x)) (pre-norm), norm(x + s*F(x)) (post-norm)"""
+
+    @staticmethod
+    def probe(ns):
+        return [build(ns, seed, norm_first=first, residual_scale=s)(inputs(seed))
+                for seed, first, s in SCALE_CASES]
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        for (seed, first, s), y in zip(SCALE_CASES, out):
+            x = inputs(seed)
+            F_, ln = parts(seed)
+            if first:
+                expected, suspects = _pre(F_, ln, x, s), {
+                    "residual_scale is ignored: the branch should be multiplied by it": _pre(F_, ln, x),
+                    "residual_scale multiplies x: it should scale the branch only": s * x + F_(ln(x)),
+                    "residual_scale multiplies the whole output: it should scale the branch only": s * _pre(F_, ln, x),
+                    "residual_scale multiplies the sublayer's input: it should scale its output": x + F_(s * ln(x)),
+                }
+            else:
+                expected, suspects = _post(F_, ln, x, s), {
+                    "residual_scale is ignored: the branch should be multiplied by it": _post(F_, ln, x),
+                    "residual_scale multiplies x: it should scale the branch only": ln(s * x + F_(x)),
+                    "residual_scale multiplies the normed output: it should scale the branch, inside the norm":
+                        s * _post(F_, ln, x),
+                }
+            expect_close(y, expected, what=f"ResidualBlock(norm_first={first}, residual_scale={s})'s output",
+                         suspects=suspects)
+
+
+@register("residual_block_dropout", needs=("ResidualBlock",))
+class BlockDropout:
+    """Dropout acts on the branch only, in train mode; in eval mode the block is deterministic and has no dropout"""
+
+    SEED, P, S = 50, 0.5, 0.7
+
+    @staticmethod
+    def probe(ns):
+        c = BlockDropout
+        out = {}
+        x = inputs(c.SEED)
+        blk = build(ns, c.SEED, dropout=c.P, residual_scale=c.S).train()
+        torch.manual_seed(c.SEED)
+        out["train"] = blk(x)
+        blk.eval()
+        out["eval"] = [blk(x), blk(x)]
+        post = build(ns, c.SEED, dropout=c.P, norm_first=False).eval()
+        out["post_eval"] = post(x)
+        return out
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        c = BlockDropout
+        x = inputs(c.SEED)
+        F_, ln = parts(c.SEED)
+        branch = c.S * F_(ln(x))
+        what = f"the pre-norm block's output in train mode (dropout={c.P})"
+        y = expect_tensor(out["train"], what)
+        if y.shape != x.shape:
+            raise CheckFailed(f"{what} has shape {tuple(y.shape)}, expected {tuple(x.shape)}")
+        if not dropped_pattern(y - x, branch, c.P):
+            if dropped_pattern(y, x + branch, c.P):
+                raise CheckFailed(f"{what} is wrong: {DROPOUT_ON_STREAM}")
+            if dropped_pattern(y - branch, x, c.P):
+                raise CheckFailed(f"{what} is wrong: {DROPOUT_ON_X}")
+            if torch.allclose(y, x + branch, rtol=1e-7, atol=1e-7):
+                raise CheckFailed(f"{what} is wrong: {NO_DROPOUT}")
+            if dropped_pattern(y - x, F_(ln(x)), c.P):
+                raise CheckFailed(f"{what} is wrong: residual_scale is not applied to the dropped branch")
+            raise CheckFailed(f"{what} is wrong: output - x should be the branch residual_scale * F(norm(x)) with "
+                              f"dropout applied (each element 0 or divided by 1 - p), and it is not")
+        for i, y_eval in enumerate(out["eval"]):
+            what = "the pre-norm block's output in eval mode" + (" (called twice)" if i else "")
+            y_eval = expect_tensor(y_eval, what)
+            if y_eval.shape == x.shape and not torch.allclose(y_eval, x + branch, rtol=1e-7, atol=1e-7) \
+                    and dropped_pattern(y_eval - x, branch, c.P):
+                raise CheckFailed(f"{what} is wrong: {DROPOUT_IN_EVAL}")
+            expect_close(y_eval, x + branch, what=what)
+        expect_close(out["post_eval"], _post(F_, ln, x), what="the post-norm block's output in eval mode")

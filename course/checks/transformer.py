@@ -1,0 +1,599 @@
+"""Checks for exercise 04: ``TransformerBlock`` and ``TransformerStack``.
+
+Probes build small float64 blocks and stacks, copy seeded weights into them by the contract's
+parameter names (``norm1``, ``attn``, ``norm2``, ``ffn.0``, ``ffn.3``; ``blocks.<i>.``,
+``final_norm``) and return what they compute. Judges load the same weights into
+``nn.TransformerEncoderLayer`` (``attn`` -> ``self_attn``, ``ffn.0``/``ffn.3`` ->
+``linear1``/``linear2``) and torch's norms, and name the mistake from the outputs of known
+wrong blocks on the same input.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from course.checks import CheckFailed, register
+from course.checks.compare import expect_close, expect_tensor
+from course.checks.seeded import (DTYPE, Parts, as_module, block_formula, block_spec,
+                                  dropped_pattern, load_into, make_norm, norm_spec, randn,
+                                  torch_layer, values)
+
+D, H, FF = 16, 4, 32
+SHAPE = (3, 6, D)  # 288 elements: enough to see a dropout rate
+
+BLOCK_HINT = ("keep the contract's submodules: norm1, attn (nn.MultiheadAttention), norm2 and "
+              "ffn (nn.Sequential(Linear, GELU, Dropout, Linear))")
+STACK_HINT = "keep the blocks in self.blocks (an nn.ModuleList) and the final norm in self.final_norm"
+
+POST_INSTEAD_OF_PRE = ("this is post-norm, x = norm(x + sublayer(x)), but norm_first=True asks for pre-norm: "
+                       "x = x + sublayer(norm(x))")
+PRE_INSTEAD_OF_POST = ("this is pre-norm, x = x + sublayer(norm(x)), but norm_first=False asks for post-norm: "
+                       "x = norm(x + sublayer(x))")
+RELU = "the FFN uses ReLU; the contract's FFN is Linear, GELU, Dropout, Linear"
+TANH_GELU = "the FFN uses the tanh approximation of GELU; use nn.GELU() (exact)"
+NO_ATTN_RESIDUAL = "the attention sublayer has no residual connection: add its input x back"
+NO_FFN_RESIDUAL = "the FFN sublayer has no residual connection: add its input x back"
+NORMED_RESIDUAL = "the residual is added to the normed input: add x, not norm(x)"
+DROPOUT_ON_STREAM = "dropout is applied to the residual stream (x + sublayer); it belongs on the sublayer's output only"
+DROPOUT_IN_EVAL = "dropout is still active in eval mode: use nn.Dropout (it is off after .eval())"
+
+
+def causal_mask(t: int) -> torch.Tensor:
+    """True above the diagonal: query i may not look at key j > i."""
+    return torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+
+
+def padding_mask() -> torch.Tensor:
+    """True marks a padded token: none in sequence 0, the last 2 in sequence 1, the last 1 in sequence 2."""
+    kpm = torch.zeros(SHAPE[0], SHAPE[1], dtype=torch.bool)
+    kpm[1, -2:] = True
+    kpm[2, -1:] = True
+    return kpm
+
+
+def inputs(seed: int, scale: float = 1.0, offset: float = 0.3) -> torch.Tensor:
+    return randn(seed, *SHAPE, scale=scale, offset=offset)
+
+
+def block_values(seed: int, norm: str = "layer") -> dict:
+    return values(block_spec(D, FF, norm), seed + 500)
+
+
+def stack_spec(n_layers: int, norm: str, norm_first: bool) -> list:
+    spec = [s for i in range(n_layers) for s in block_spec(D, FF, norm, f"blocks.{i}.")]
+    return spec + (norm_spec(norm, D, "final_norm.") if norm_first else [])
+
+
+def stack_values(seed: int, n_layers: int, norm: str, norm_first: bool) -> dict:
+    return values(stack_spec(n_layers, norm, norm_first), seed + 700)
+
+
+# --------------------------------------------------------------------------------------------
+# Probe side: the student's modules with our weights
+# --------------------------------------------------------------------------------------------
+
+def build_block(ns, seed, *, norm="layer", norm_first=True, dropout=0.0) -> nn.Module:
+    blk = ns["TransformerBlock"](D, H, FF, dropout=dropout, norm_first=norm_first, norm=norm)
+    blk = as_module(blk, "TransformerBlock(...)").double()
+    load_into(blk, block_values(seed, norm), "TransformerBlock", BLOCK_HINT)
+    return blk
+
+
+def build_stack(ns, seed, n_layers, *, norm="layer", norm_first=True) -> nn.Module:
+    stk = ns["TransformerStack"](n_layers, D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm)
+    stk = as_module(stk, "TransformerStack(...)").double()
+    if not isinstance(getattr(stk, "blocks", None), nn.ModuleList):
+        raise CheckFailed("TransformerStack's blocks should be an nn.ModuleList (a Python list hides the blocks' "
+                          "parameters, so the tests cannot load weights into them)")
+    if norm_first and not isinstance(getattr(stk, "final_norm", None), nn.Module):
+        raise CheckFailed("no final norm in the pre-norm stack: final_norm should be a norm of the chosen kind")
+    load_into(stk, stack_values(seed, n_layers, norm, norm_first), "TransformerStack", STACK_HINT)
+    return stk
+
+
+# --------------------------------------------------------------------------------------------
+# Judge side
+# --------------------------------------------------------------------------------------------
+
+def block_suspects(vals, x, norm_first, norm="layer", **masks) -> dict:
+    """What known wrong blocks return on ``x`` with the same weights."""
+    p = Parts(vals, D, H, FF, norm)
+    f = lambda **kw: block_formula(p, x, norm_first=norm_first, **masks, **kw)  # noqa: E731
+    return {
+        (POST_INSTEAD_OF_PRE if norm_first else PRE_INSTEAD_OF_POST): block_formula(p, x, norm_first=not norm_first, **masks),
+        RELU: f(act="relu"),
+        TANH_GELU: f(act="tanh"),
+        NO_ATTN_RESIDUAL: f(attn_residual=False),
+        NO_FFN_RESIDUAL: f(ffn_residual=False),
+        **({NORMED_RESIDUAL: f(normed_residual=True)} if norm_first else {}),
+        "the block returns x unchanged: both sublayers must be added to it": x,
+    }
+
+
+def expected_block(vals, x, norm_first, norm="layer", attn_mask=None, key_padding_mask=None):
+    layer = torch_layer(vals, D, H, FF, norm_first=norm_first, norm=norm)
+    return layer(x, src_mask=attn_mask, src_key_padding_mask=key_padding_mask)
+
+
+def layers_of(vals, n_layers, norm, norm_first):
+    return [torch_layer(vals, D, H, FF, norm_first=norm_first, norm=norm, prefix=f"blocks.{i}.")
+            for i in range(n_layers)]
+
+
+def run_layers(layers, x, final=None, **masks):
+    for layer in layers:
+        x = layer(x, src_mask=masks.get("attn_mask"), src_key_padding_mask=masks.get("key_padding_mask"))
+    return x if final is None else final(x)
+
+
+# --------------------------------------------------------------------------------------------
+# TransformerBlock
+# --------------------------------------------------------------------------------------------
+
+@register("transformer_block_parameters", needs=("TransformerBlock",))
+class BlockParameters:
+    """TransformerBlock has the contract's submodules and parameter names, passes dropout to attention and FFN, keeps x's shape"""
+
+    @staticmethod
+    def probe(ns):
+        out = {}
+        for norm in ("layer", "rms"):
+            blk = as_module(ns["TransformerBlock"](D, H, FF, dropout=0.25, norm_first=True, norm=norm),
+                            "TransformerBlock(...)")
+            attn, ffn = getattr(blk, "attn", None), getattr(blk, "ffn", None)
+            out[norm] = {
+                "keys": sorted(blk.state_dict().keys()),
+                "attn": type(attn).__name__,
+                "batch_first": getattr(attn, "batch_first", None) is True,
+                "attn_dropout": float(getattr(attn, "dropout", -1.0)) if isinstance(attn, nn.MultiheadAttention) else -1.0,
+                "ffn": [type(m).__name__ for m in ffn] if isinstance(ffn, nn.Sequential) else type(ffn).__name__,
+                "ffn_dropout": float(ffn[2].p) if isinstance(ffn, nn.Sequential) and len(ffn) == 4
+                and isinstance(ffn[2], nn.Dropout) else -1.0,
+            }
+        blk = blk.eval()
+        with torch.no_grad():
+            out["shape"] = list(blk(torch.randn(2, 5, D)).shape)
+        return out
+
+    @staticmethod
+    def judge(out):
+        for norm in ("layer", "rms"):
+            o = out[norm]
+            call = f"TransformerBlock(d_model, n_heads, d_ff, dropout=0.25, norm={norm!r})"
+            want = sorted(name for name, _, _ in block_spec(D, FF, norm))
+            if o["keys"] != want:
+                if norm == "rms" and "norm1.bias" in o["keys"]:
+                    raise CheckFailed(f"{call}: norm1 has a bias, so norm='rms' is ignored: "
+                                      "use nn.RMSNorm(d_model, eps=1e-6), which has a weight only")
+                missing = sorted(set(want) - set(o["keys"]))
+                extra = sorted(set(o["keys"]) - set(want))
+                raise CheckFailed(f"{call} has the wrong parameters: missing {missing or 'none'}, unexpected "
+                                  f"{extra or 'none'}. {BLOCK_HINT[0].upper()}{BLOCK_HINT[1:]}.")
+            if o["attn"] != "MultiheadAttention":
+                raise CheckFailed(f"{call}: attn should be nn.MultiheadAttention, not {o['attn']}")
+            if not o["batch_first"]:
+                raise CheckFailed(f"{call}: attn should be built with batch_first=True (inputs are [B, T, d_model])")
+            if o["attn_dropout"] != 0.25:
+                raise CheckFailed(f"{call}: attn's own dropout is {o['attn_dropout']}; pass dropout=dropout to "
+                                  "nn.MultiheadAttention")
+            if o["ffn"] != ["Linear", "GELU", "Dropout", "Linear"]:
+                raise CheckFailed(f"{call}: ffn should be nn.Sequential(Linear, GELU, Dropout, Linear), not {o['ffn']}")
+            if o["ffn_dropout"] != 0.25:
+                raise CheckFailed(f"{call}: ffn[2] should be nn.Dropout(dropout), its p is {o['ffn_dropout']}")
+        if out["shape"] != [2, 5, D]:
+            raise CheckFailed(f"the block's output has shape {out['shape']}, expected [2, 5, {D}] (the input's shape)")
+
+
+CASES = [(100, 1.0, 0.3), (101, 3.0, -1.0)]  # (seed, scale, offset)
+
+
+def _probe_block(ns, norm_first, norm="layer", cases=CASES):
+    out = []
+    for seed, scale, offset in cases:
+        blk = build_block(ns, seed, norm_first=norm_first, norm=norm)
+        x = inputs(seed, scale, offset)
+        y_train = blk.train()(x)
+        with torch.no_grad():
+            y_eval = blk.eval()(x)  # torch may take its fused attention path here
+        out.append([y_train, y_eval])
+    return out
+
+
+def _judge_block(out, norm_first, norm="layer", cases=CASES, extra_suspects=None):
+    for (seed, scale, offset), ys in zip(cases, out):
+        vals, x = block_values(seed, norm), inputs(seed, scale, offset)
+        expected = expected_block(vals, x, norm_first, norm)
+        suspects = block_suspects(vals, x, norm_first, norm)
+        suspects.update(extra_suspects(vals, x) if extra_suspects else {})
+        first = "pre" if norm_first else "post"
+        for y, mode in zip(ys, ("train", "eval")):
+            expect_close(y, expected, suspects=suspects,
+                         what=f"the {first}-norm block's output (norm={norm!r}, {mode} mode)")
+
+
+@register("transformer_block_prenorm_matches_torch", needs=("TransformerBlock",))
+class BlockPreNorm:
+    """A pre-norm TransformerBlock computes what nn.TransformerEncoderLayer(norm_first=True, activation='gelu') computes with the same weights"""
+
+    probe = staticmethod(lambda ns: _probe_block(ns, True))
+    judge = staticmethod(torch.no_grad()(lambda out: _judge_block(out, True)))
+
+
+@register("transformer_block_postnorm_matches_torch", needs=("TransformerBlock",))
+class BlockPostNorm:
+    """A post-norm TransformerBlock computes what nn.TransformerEncoderLayer(norm_first=False, activation='gelu') computes"""
+
+    probe = staticmethod(lambda ns: _probe_block(ns, False))
+    judge = staticmethod(torch.no_grad()(lambda out: _judge_block(out, False)))
+
+
+RMS_CASES = [(110, 1.0, 0.5), (111, 1e-3, 5e-4)]  # tiny inputs: eps matters
+
+
+def _rms_suspects(vals, x, norm_first):
+    lnorm = Parts(vals, D, H, FF, "layer")  # LayerNorm with our weights and zero bias
+    out = {"norm='rms' is ignored: the norms are LayerNorm (they subtract the mean); use nn.RMSNorm(d_model, eps=1e-6)":
+           block_formula(lnorm, x, norm_first=norm_first)}
+    for eps, why in ((1e-5, "not 1e-5"), (torch.finfo(DTYPE).eps, "nn.RMSNorm(d_model) without eps uses the dtype's "
+                                                              "machine epsilon"), (1e-8, "not 1e-8")):
+        out[f"RMSNorm's eps should be 1e-6: {why}"] = block_formula(Parts(vals, D, H, FF, "rms", norm_eps=eps), x,
+                                                                    norm_first=norm_first)
+    return out
+
+
+@register("transformer_block_rms", needs=("TransformerBlock",))
+class BlockRMS:
+    """With norm='rms' both norms of the block are RMSNorm with eps 1e-6 (pre-norm and post-norm)"""
+
+    @staticmethod
+    def probe(ns):
+        return [_probe_block(ns, True, "rms", RMS_CASES), _probe_block(ns, False, "rms", RMS_CASES[:1])]
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        _judge_block(out[0], True, "rms", RMS_CASES, lambda v, x: _rms_suspects(v, x, True))
+        _judge_block(out[1], False, "rms", RMS_CASES[:1], lambda v, x: _rms_suspects(v, x, False))
+
+
+@register("transformer_block_causal_mask", needs=("TransformerBlock",))
+class BlockCausalMask:
+    """attn_mask reaches the attention: with a causal mask, changing the last tokens leaves earlier outputs unchanged, as in torch"""
+
+    SEED = 120
+
+    @staticmethod
+    def probe(ns):
+        s = BlockCausalMask.SEED
+        x = inputs(s)
+        x2 = x.clone()
+        x2[:, -2:] = inputs(s + 1)[:, -2:]
+        m = causal_mask(SHAPE[1])
+        out = []
+        for first in (True, False):
+            blk = build_block(ns, s, norm_first=first)
+            out.append([blk(x, attn_mask=m), blk(x2, attn_mask=m)])
+        return out
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        s = BlockCausalMask.SEED
+        x, m, vals = inputs(s), causal_mask(SHAPE[1]), block_values(s)
+        for first, (y1, y2) in zip((True, False), out):
+            name = "pre" if first else "post"
+            expected = expected_block(vals, x, first, attn_mask=m)
+            suspects = {"attn_mask is ignored: pass it on to self.attn(..., attn_mask=attn_mask)":
+                        expected_block(vals, x, first)}
+            suspects.update(block_suspects(vals, x, first, attn_mask=m))
+            expect_close(y1, expected, what=f"the {name}-norm block's output with a causal attn_mask",
+                         suspects=suspects)
+            y2 = expect_tensor(y2, "the output")
+            expect_close(y2[:, :-2], expected[:, :-2], what=(
+                f"the {name}-norm block's output before the last two tokens, after changing only those "
+                "(with a causal mask, earlier tokens cannot see them)"))
+
+
+@register("transformer_block_padding_mask", needs=("TransformerBlock",))
+class BlockPaddingMask:
+    """key_padding_mask reaches the attention: changing padded tokens leaves the other outputs unchanged, as in torch"""
+
+    SEED = 130
+
+    @staticmethod
+    def probe(ns):
+        s = BlockPaddingMask.SEED
+        x, kpm = inputs(s), padding_mask()
+        x2 = torch.where(kpm[..., None], inputs(s + 1) * 5, x)
+        out = []
+        for first in (True, False):
+            blk = build_block(ns, s, norm_first=first)
+            out.append([blk(x, key_padding_mask=kpm), blk(x2, key_padding_mask=kpm)])
+        return out
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        s = BlockPaddingMask.SEED
+        x, kpm, vals = inputs(s), padding_mask(), block_values(s)
+        keep = ~kpm
+        for first, (y1, y2) in zip((True, False), out):
+            name = "pre" if first else "post"
+            y1, y2 = expect_tensor(y1, "the output"), expect_tensor(y2, "the output")
+            if y1.shape != x.shape or y2.shape != x.shape:
+                raise CheckFailed(f"the block's output has shape {tuple(y1.shape)}, expected {tuple(x.shape)}")
+            expected = expected_block(vals, x, first, key_padding_mask=kpm)[keep]
+            suspects = {"key_padding_mask is ignored: pass it on to self.attn(..., key_padding_mask=key_padding_mask)":
+                        expected_block(vals, x, first)[keep]}
+            suspects.update({k: v[keep] for k, v in block_suspects(vals, x, first, key_padding_mask=kpm).items()})
+            what = f"the {name}-norm block's output at the unpadded tokens, with a key_padding_mask"
+            expect_close(y1[keep], expected, what=what, suspects=suspects)
+            expect_close(y2[keep], expected, what=what + ", after changing the padded tokens (attention must skip them)")
+
+
+@register("transformer_block_dropout", needs=("TransformerBlock",))
+class BlockDropout:
+    """Dropout acts on each sublayer's output before its residual add, in train mode only"""
+
+    SEED, P = 140, 0.5
+
+    @staticmethod
+    def probe(ns):
+        c = BlockDropout
+        x = inputs(c.SEED)
+        out = {}
+        for silent in ("ffn", "attn"):  # zero one sublayer's output: the other one's dropout is then visible
+            blk = build_block(ns, c.SEED, dropout=c.P).train()
+            if not (isinstance(getattr(blk, "ffn", None), nn.Sequential) and len(blk.ffn) == 4):
+                raise CheckFailed("ffn should be nn.Sequential(Linear, GELU, Dropout, Linear)")
+            blk.attn.dropout = 0.0  # dropout inside the sublayers is torch's; this check is about the adds
+            blk.ffn[2].p = 0.0
+            lin = blk.ffn[3] if silent == "ffn" else blk.attn.out_proj
+            with torch.no_grad():
+                lin.weight.zero_()
+                lin.bias.zero_()
+            torch.manual_seed(c.SEED)
+            out[silent] = blk(x)
+        for first in (True, False):
+            blk = build_block(ns, c.SEED, dropout=c.P, norm_first=first).eval()
+            out[f"eval_{first}"] = [blk(x), blk(x)]
+        return out
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        c = BlockDropout
+        x, vals = inputs(c.SEED), block_values(c.SEED)
+        p = Parts(vals, D, H, FF)
+        branches = {"attn": ("attention", p.sa(p.norm1(x))), "ffn": ("FFN", p.ff(p.norm2(x)))}
+        for silent, (name, branch) in (("ffn", branches["attn"]), ("attn", branches["ffn"])):
+            what = f"the pre-norm block's output in train mode (dropout={c.P}, only the {name} sublayer active)"
+            y = expect_tensor(out[silent], what)
+            if y.shape != x.shape:
+                raise CheckFailed(f"{what} has shape {tuple(y.shape)}, expected {tuple(x.shape)}")
+            if dropped_pattern(y - x, branch, c.P):
+                continue
+            if _masked_multiple(y, x + branch):
+                raise CheckFailed(f"{what} is wrong: {DROPOUT_ON_STREAM}")
+            if torch.allclose(y, x + branch, rtol=1e-7, atol=1e-7):
+                raise CheckFailed(f"{what} is wrong: dropout is missing on the {name} output: "
+                                  f"x + Dropout({name}(norm(x)))")
+            raise CheckFailed(f"{what} is wrong: output - x should be Dropout({name}(norm(x))), each element 0 or "
+                              "divided by 1 - p, and it is not")
+        for first in (True, False):
+            name = "pre" if first else "post"
+            expected = expected_block(vals, x, first)
+            y1, y2 = (expect_tensor(y, "the output") for y in out[f"eval_{first}"])
+            what = f"the {name}-norm block's output in eval mode (dropout={c.P})"
+            if y1.shape == y2.shape and not torch.equal(y1, y2):
+                raise CheckFailed(f"{what} changes from call to call: {DROPOUT_IN_EVAL}")
+            expect_close(y1, expected, what=what, suspects=block_suspects(vals, x, first))
+
+
+def _masked_multiple(y, full) -> bool:
+    """Is every element of ``y`` either 0 or the same multiple k > 1 of ``full`` (some of each)?"""
+    if y.shape != full.shape:
+        return False
+    zero = y.abs() <= 1e-9 * (1 + full.abs())
+    if zero.all() or not zero.any():
+        return False
+    k = (y[~zero] / full[~zero])
+    return bool(k.min() > 1 and torch.allclose(k, k[0].expand_as(k), rtol=1e-7, atol=0))
+
+
+# --------------------------------------------------------------------------------------------
+# TransformerStack
+# --------------------------------------------------------------------------------------------
+
+STRUCT_CASES = [(3, True, "layer"), (2, False, "layer"), (2, True, "rms")]  # (n_layers, norm_first, norm)
+
+
+@register("transformer_stack_structure", needs=("TransformerStack",))
+class StackStructure:
+    """TransformerStack holds n_layers independent blocks in an nn.ModuleList and a final norm only when norm_first"""
+
+    @staticmethod
+    def probe(ns):
+        out = []
+        for n, first, norm in STRUCT_CASES:
+            stk = as_module(ns["TransformerStack"](n, D, H, FF, dropout=0.0, norm_first=first, norm=norm),
+                            "TransformerStack(...)")
+            blocks = getattr(stk, "blocks", None)
+            out.append({
+                "blocks": type(blocks).__name__,
+                "n_blocks": len(blocks) if isinstance(blocks, (nn.ModuleList, list, tuple)) else -1,
+                "distinct": len({id(b) for b in blocks}) if isinstance(blocks, (nn.ModuleList, list, tuple)) else -1,
+                "n_params": sum(p.numel() for p in stk.parameters()),
+                "keys": sorted(stk.state_dict().keys()),
+                "has_final_norm_attr": hasattr(stk, "final_norm"),
+                "final_norm_is_none": getattr(stk, "final_norm", None) is None,
+            })
+        return out
+
+    @staticmethod
+    def judge(out):
+        for (n, first, norm), o in zip(STRUCT_CASES, out):
+            call = f"TransformerStack(n_layers={n}, ..., norm_first={first}, norm={norm!r})"
+            if o["blocks"] not in ("ModuleList",):
+                if o["blocks"] in ("list", "tuple"):
+                    raise CheckFailed(f"{call}: blocks is a Python {o['blocks']}; make it an nn.ModuleList so the "
+                                      "blocks' parameters are registered (optimizer, state_dict, .to())")
+                raise CheckFailed(f"{call}: blocks should be an nn.ModuleList of TransformerBlocks, not {o['blocks']}")
+            if o["n_blocks"] != n:
+                raise CheckFailed(f"{call}: blocks holds {o['n_blocks']} blocks, expected n_layers = {n}")
+            want = sorted(name for name, _, _ in stack_spec(n, norm, first))
+            n_want = sum(torch.Size(shape).numel() for _, shape, _ in stack_spec(n, norm, first))
+            if o["distinct"] < n or (o["n_params"] < n_want and o["keys"] == want):
+                raise CheckFailed(f"{call}: the blocks share one set of weights: make n_layers separate "
+                                  "TransformerBlock(...) objects (not [block] * n_layers)")
+            if not o["has_final_norm_attr"]:
+                raise CheckFailed(f"{call}: the stack has no attribute final_norm "
+                                  "(a norm when norm_first, else None)")
+            if first and o["final_norm_is_none"]:
+                raise CheckFailed(f"{call}: no final norm in the pre-norm stack: final_norm should be "
+                                  f"{'nn.LayerNorm(d_model)' if norm == 'layer' else 'nn.RMSNorm(d_model, eps=1e-6)'}")
+            if not first and not o["final_norm_is_none"]:
+                raise CheckFailed(f"{call}: a final norm in the post-norm stack: every post-norm block already ends "
+                                  "with a norm, so final_norm should be None")
+            if o["keys"] != want:
+                if norm == "rms" and "final_norm.bias" in o["keys"]:
+                    raise CheckFailed(f"{call}: final_norm has a bias, so it ignores norm='rms': "
+                                      "use nn.RMSNorm(d_model, eps=1e-6)")
+                missing, extra = sorted(set(want) - set(o["keys"])), sorted(set(o["keys"]) - set(want))
+                raise CheckFailed(f"{call} has the wrong parameters: missing {missing[:6] or 'none'}, unexpected "
+                                  f"{extra[:6] or 'none'}. {STACK_HINT[0].upper()}{STACK_HINT[1:]}.")
+            if o["n_params"] != n_want:
+                raise CheckFailed(f"{call} has {o['n_params']} parameters, expected {n_want}")
+
+
+def _stack_reference(seed, n, norm, first, x, **masks):
+    """(expected, suspects) for a stack of torch layers with our weights."""
+    vals = stack_values(seed, n, norm, first)
+    layers = layers_of(vals, n, norm, first)
+    final = make_norm(norm, D, vals, "final_norm.") if first else None
+    expected = run_layers(layers, x, final, **masks)
+    suspects = {}
+    if first:
+        suspects["no final norm in the pre-norm stack: finish with H = final_norm(H^(L))"] = run_layers(layers, x, **masks)
+        suspects["the blocks share one set of weights (all layers compute the last one)"] = \
+            run_layers([layers[-1]] * n, x, final, **masks)
+        if norm == "rms":
+            lnorm = make_norm("layer", D, vals, "final_norm.")
+            suspects["final_norm ignores norm='rms': use nn.RMSNorm(d_model, eps=1e-6)"] = run_layers(layers, x, lnorm, **masks)
+    else:
+        suspects["a final norm in the post-norm stack: final_norm should be None"] = \
+            run_layers(layers, x, make_norm(norm, D), **masks)
+        suspects["the blocks share one set of weights (all layers compute the last one)"] = \
+            run_layers([layers[-1]] * n, x, **masks)
+    if masks:
+        suspects["the masks are not passed on to the blocks"] = run_layers(layers, x, final)
+    return expected, suspects
+
+
+def band_mask(t: int, width: int = 2) -> torch.Tensor:
+    """True outside a band |i - j| <= width: unlike a causal mask, a query sees later (padded) keys."""
+    i = torch.arange(t)
+    return (i[:, None] - i[None, :]).abs() > width
+
+
+def _stack_masks() -> dict:
+    return dict(attn_mask=band_mask(SHAPE[1]), key_padding_mask=padding_mask())
+
+
+def _stack_cases(first):
+    return [dict(seed=200, n=3, first=first, masks=False), dict(seed=201, n=2, first=first, masks=True)]
+
+
+def _probe_stack(ns, cases, norm="layer"):
+    out = []
+    for c in cases:
+        stk = build_stack(ns, c["seed"], c["n"], norm=norm, norm_first=c["first"])
+        x = inputs(c["seed"])
+        if c["masks"]:
+            out.append(stk(x, **_stack_masks()))
+        else:
+            out.append(stk(x))
+    return out
+
+
+def _judge_stack(out, cases, norm="layer"):
+    for c, y in zip(cases, out):
+        x = inputs(c["seed"])
+        masks = _stack_masks() if c["masks"] else {}
+        expected, suspects = _stack_reference(c["seed"], c["n"], norm, c["first"], x, **masks)
+        keep = ~padding_mask() if c["masks"] else torch.ones(SHAPE[:2], dtype=torch.bool)
+        y = expect_tensor(y, "the stack's output")
+        if y.shape != x.shape:
+            raise CheckFailed(f"the stack's output has shape {tuple(y.shape)}, expected {tuple(x.shape)}")
+        what = (f"the {'pre' if c['first'] else 'post'}-norm stack's output (n_layers={c['n']}, norm={norm!r}"
+                + (", a banded attn_mask and a key_padding_mask; unpadded tokens)" if c["masks"] else ")"))
+        expect_close(y[keep], expected[keep], what=what, suspects={k: v[keep] for k, v in suspects.items()})
+
+
+@register("transformer_stack_prenorm_matches_torch", needs=("TransformerStack",))
+class StackPreNorm:
+    """A pre-norm TransformerStack equals its blocks applied in turn (masks passed on), then the final LayerNorm, as torch's layers"""
+
+    probe = staticmethod(lambda ns: _probe_stack(ns, _stack_cases(True)))
+    judge = staticmethod(torch.no_grad()(lambda out: _judge_stack(out, _stack_cases(True))))
+
+
+@register("transformer_stack_postnorm_matches_torch", needs=("TransformerStack",))
+class StackPostNorm:
+    """A post-norm TransformerStack equals its blocks applied in turn with no final norm, as torch's layers"""
+
+    probe = staticmethod(lambda ns: _probe_stack(ns, _stack_cases(False)))
+    judge = staticmethod(torch.no_grad()(lambda out: _judge_stack(out, _stack_cases(False))))
+
+
+@register("transformer_stack_rms", needs=("TransformerStack",))
+class StackRMS:
+    """With norm='rms' the stack's blocks and its final norm are RMSNorm with eps 1e-6"""
+
+    CASES = [dict(seed=210, n=2, first=True, masks=False)]
+    probe = staticmethod(lambda ns: _probe_stack(ns, StackRMS.CASES, "rms"))
+    judge = staticmethod(torch.no_grad()(lambda out: _judge_stack(out, StackRMS.CASES, "rms")))
+
+
+GRAD_NAMES = ("blocks.0.attn.in_proj_weight", "blocks.0.norm1.weight", "blocks.1.ffn.0.weight",
+              "blocks.1.norm2.bias", "final_norm.weight", "final_norm.bias")
+
+
+@register("transformer_stack_gradients", needs=("TransformerStack",))
+class StackGradients:
+    """Gradients through a pre-norm TransformerStack (float64, causal mask) match torch's, for the input and the weights"""
+
+    SEED = 220
+
+    @staticmethod
+    def probe(ns):
+        s = StackGradients.SEED
+        stk = build_stack(ns, s, 2)
+        x = inputs(s).requires_grad_()
+        y = expect_tensor(stk(x, attn_mask=causal_mask(SHAPE[1])), "the stack's output")
+        (y * randn(s + 1, *SHAPE)).sum().backward()
+        return {"x": x.grad, **{n: stk.get_parameter(n).grad for n in GRAD_NAMES}}
+
+    @staticmethod
+    def judge(out):
+        s = StackGradients.SEED
+        vals = stack_values(s, 2, "layer", True)
+        layers = layers_of(vals, 2, "layer", True)
+        final = make_norm("layer", D, vals, "final_norm.")
+        x = inputs(s).requires_grad_()
+        y = run_layers(layers, x, final, attn_mask=causal_mask(SHAPE[1]))
+        (y * randn(s + 1, *SHAPE)).sum().backward()
+        params = {f"blocks.{i}.{k}": p for i, layer in enumerate(layers) for k, p in layer.named_parameters()}
+        params.update({f"final_norm.{k}": p for k, p in final.named_parameters()})
+        rename = {"attn.": "self_attn.", "ffn.0.": "linear1."}
+        for name in ("x", *GRAD_NAMES):
+            if name == "x":
+                expected = x.grad
+            else:
+                torch_name = name
+                for ours, theirs in rename.items():
+                    torch_name = torch_name.replace(ours, theirs)
+                expected = params[torch_name].grad
+            if out[name] is None:
+                raise CheckFailed(f"no gradient reached {name}: is it used in forward, and not detached?")
+            expect_close(out[name], expected, what=f"the gradient of the loss with respect to {name}")
