@@ -1,0 +1,189 @@
+"""The course autograder against a class of hostile and broken submissions, graded in ONE run of
+``python -m autograder grade`` (tests/fixtures/hostile/, tests/fixtures/broken/).
+
+Asserted: no undeserved points; a row for every submission; correct-but-odd files earn what the
+reference earns; nothing written outside the sandbox; no process left behind; no network
+connection reached the grader's machine; the gradebook says what grades.csv says.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from autograder.fixture_class import build
+from course.release import ROOT, venv_env
+
+pytestmark = pytest.mark.autograder
+ASSIGNMENT = "01_layernorm"
+
+
+class Listener:
+    """A TCP server on 127.0.0.1 that records every connection it accepts."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = []
+        self.stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stop:
+            try:
+                conn, addr = self.sock.accept()
+                self.connections.append(addr)
+                conn.close()
+            except OSError:
+                continue
+
+    def close(self):
+        self.stop = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def _processes_with(marker: str) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if marker in cmd and "pytest" not in cmd:
+                found.append(f"{pid}: {cmd}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile_class")
+    marker = f"AGMARK{uuid.uuid4().hex[:10]}"
+    out = tmp / "out"
+    listener = Listener()
+    try:
+        cases = build(tmp / "submitted", assignment=ASSIGNMENT,
+                      placeholders={"__MARKER__": marker, "__PORT__": str(listener.port), "__OUTDIR__": str(out)})
+        env = dict(venv_env(), OMP_NUM_THREADS="1")
+        proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp / "submitted"), "--out", str(out),
+                               "--jobs", "2", "--timeout", "60", "--cell-timeout", "5", "--no-progress"],
+                              capture_output=True, text=True, env=env, cwd=tmp)
+        time.sleep(0.5)
+    finally:
+        listener.close()
+    rows = {r["student_id"]: r for r in csv.DictReader(open(out / "grades.csv"))} if (out / "grades.csv").exists() else {}
+    results = {r["student_id"]: r for r in json.loads((out / "results.json").read_text())} if rows else {}
+    return {"proc": proc, "cases": cases, "rows": rows, "results": results, "out": out, "marker": marker,
+            "listener": listener, "tmp": tmp}
+
+
+def test_run_finishes_with_exit_0(graded):
+    assert graded["proc"].returncode == 0, graded["proc"].stderr[-3000:]
+
+
+def test_every_submission_has_a_row(graded):
+    missing = [c.student for c in graded["cases"] if c.student not in graded["rows"]]
+    assert not missing, missing
+    for r in graded["rows"].values():
+        assert r["max_score"] == graded["rows"]["solution"]["max_score"], r  # points come from the release
+
+
+def test_no_undeserved_points(graded):
+    rows, res = graded["rows"], graded["results"]
+    for c in graded["cases"]:
+        tests = {t["grade_id"]: t for t in res[c.student]["tests"]}
+        if c.loses == "all":
+            assert float(rows[c.student]["score"]) == 0, f"{c.student} ({c.summary}) scored {rows[c.student]['score']}"
+        elif c.loses != "none":
+            for gid in c.loses:
+                assert tests[gid]["points"] == 0, f"{c.student} ({c.summary}) earned {gid}"
+
+
+def test_odd_but_correct_files_earn_what_the_reference_earns(graded):
+    rows = graded["rows"]
+    ref = float(rows["solution"]["score"])
+    assert ref > 0
+    for c in graded["cases"]:
+        if c.loses == "none":
+            assert float(rows[c.student]["score"]) == ref, (c.student, rows[c.student])
+
+
+def test_broken_files_say_what_was_wrong(graded):
+    rows = graded["rows"]
+    for c in graded["cases"]:
+        if c.kind == "broken":
+            assert rows[c.student]["message"], c.student
+    assert "valid JSON" in rows["broken-invalid_json"]["message"]
+    assert "empty" in rows["broken-empty_file"]["message"]
+    assert "cut off" in rows["broken-truncated"]["message"]
+    assert "missing" in rows["broken-missing_notebook"]["message"]
+    assert "v3" in rows["broken-v3_format"]["message"]
+    assert "kernel" in rows["broken-wrong_kernelspec"]["message"]
+    assert "my_homework" in rows["broken-renamed_notebook"]["message"]
+    assert rows["hostile-crash_interpreter"]["status"] == "crashed"
+
+
+def test_builtin_norm_is_named_in_the_feedback(graded):
+    tests = {t["grade_id"]: t for t in graded["results"]["hostile-builtin_layernorm"]["tests"]}
+    assert "layer_norm" in tests["layernorm_matches_torch"]["message"]
+    tests = {t["grade_id"]: t for t in graded["results"]["hostile-builtin_obfuscated"]["tests"]}
+    assert "computed name" in tests["layernorm_matches_torch"]["message"]
+
+
+def test_nothing_written_outside_the_sandbox(graded):
+    marker = graded["marker"]
+    places = [ROOT, ROOT / "course", ROOT / "course" / "checks", Path("/tmp"), Path.home(), graded["out"],
+              graded["tmp"]]
+    leaked = [str(p / marker) for p in places if (p / marker).exists()]
+    assert not leaked, leaked
+    assert "pwned" not in (ROOT / "course" / "checks" / "__init__.py").read_text()
+    assert "pwned" not in (graded["out"] / "grades.csv").read_text()
+    assert not (ROOT / "gradebook.db").exists() or b"pwned" not in (ROOT / "gradebook.db").read_bytes()[-64:]
+
+
+def test_no_process_left_behind(graded):
+    assert not _processes_with(graded["marker"])
+
+
+def test_no_network_connection_reached_the_host(graded):
+    assert graded["listener"].connections == []
+
+
+def test_feedback_and_report_are_self_contained(graded):
+    out = graded["out"]
+    report = (out / "report.html").read_text()
+    assert "data:image/png;base64," in report
+    assert "http://" not in report and "https://" not in report and "<script" not in report
+    page = (out / "feedback" / "stub" / ASSIGNMENT / "layernorm.html").read_text()
+    assert "NotImplementedError" in page
+    assert "### BEGIN HIDDEN TESTS" not in page and 'run("' not in page
+
+
+def test_gradebook_export_matches_grades_csv(graded, tmp_path):
+    """`nbgrader export` against the written gradebook gives the scores of grades.csv."""
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text((ROOT / "nbgrader_config.py").read_text())
+    db = graded["out"] / "gradebook.db"
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--db=sqlite:///{db}", "--to", "export.csv"],
+                          cwd=course, capture_output=True, text=True, env=venv_env())
+    assert proc.returncode == 0, proc.stderr
+    exported = {(r["student_id"], r["assignment"]): float(r["raw_score"])
+                for r in csv.DictReader(open(course / "export.csv"))}
+    for sid, r in graded["rows"].items():
+        if r["assignment"] == ASSIGNMENT:
+            assert exported[(sid, ASSIGNMENT)] == float(r["score"]), sid

@@ -1,0 +1,109 @@
+"""The autograder's pieces without running any submission: reading input layouts (nbgrader,
+zip, Canvas, Moodle), the release-skeleton plan, the static scan, refusing to run unsandboxed."""
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder import plan as planmod
+from autograder import sandbox
+from autograder.fixture_class import release_dict, solved_dict
+from autograder.ingest import Catalog, discover
+from course.release import ROOT
+
+pytestmark = pytest.mark.autograder
+CAT = Catalog(ROOT / "exercises")
+
+
+def _nb(assignment="01_layernorm"):
+    return json.dumps(solved_dict(assignment)).encode()
+
+
+def test_canvas_zip_maps_names_and_keeps_the_latest_resubmission(tmp_path):
+    z = tmp_path / "canvas.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("doejane_1234_5678_layernorm.ipynb", b"{}")
+        zf.writestr("doejane_1234_5699_layernorm-1.ipynb", _nb())
+        zf.writestr("smithbob_LATE_42_77_rmsnorm.ipynb", _nb("02_rmsnorm"))
+        zf.writestr("smithbob_42_78_whatever.ipynb", _nb("01_layernorm"))  # recognised by its cells
+        zf.writestr("../evil.ipynb", b"{}")  # path traversal: skipped
+    entries = {(e.student_id, e.assignment): e for e in discover(z, CAT, tmp_path / "scratch")}
+    assert entries[("1234", "01_layernorm")].path.name == "doejane_1234_5699_layernorm-1.ipynb"
+    assert entries[("42", "02_rmsnorm")].student_name == "smithbob"
+    assert any("recognised" in n for n in entries[("42", "01_layernorm")].notes)
+    assert not (tmp_path / "evil.ipynb").exists()
+
+
+def test_moodle_folders(tmp_path):
+    d = tmp_path / "moodle" / "Jane Doe_991_assignsubmission_file_"
+    d.mkdir(parents=True)
+    (d / "layernorm.ipynb").write_bytes(_nb())
+    (tmp_path / "moodle" / "Jane Doe_991_assignsubmission_onlinetext_").mkdir()
+    entries = discover(tmp_path / "moodle", CAT, tmp_path / "scratch")
+    assert [(e.student_id, e.assignment, e.student_name) for e in entries] == [("991", "01_layernorm", "Jane Doe")]
+
+
+def test_submitted_layout_and_unknown_assignment(tmp_path):
+    (tmp_path / "submitted" / "ann" / "01_layernorm").mkdir(parents=True)
+    (tmp_path / "submitted" / "ann" / "01_layernorm" / "layernorm.ipynb").write_bytes(_nb())
+    (tmp_path / "submitted" / "ann" / "99_nope").mkdir()
+    entries = {(e.student_id, e.assignment): e for e in discover(tmp_path, CAT, tmp_path / "s")}
+    assert entries[("ann", "01_layernorm")].path is not None
+    assert entries[("ann", "99_nope")].path is None
+
+
+def test_plan_uses_release_for_tests_and_setup_and_keeps_added_cells_in_place():
+    name, rel = release_dict("01_layernorm")
+    release = planmod.release_cells(ROOT / "exercises" / "01_layernorm" / name)
+    student = [{"source": "evil_setup()", "grade_id": "layernorm_setup", "id": None},
+               {"source": "x = 1", "grade_id": None, "id": None},
+               {"source": "class LayerNorm: pass", "grade_id": "layernorm_impl", "id": None},
+               {"source": "y = 2", "grade_id": None, "id": None},
+               {"source": "print('passed')", "grade_id": "layernorm_matches_torch", "id": None}]
+    p = planmod.make_plan(release, student)
+    sources = [s.get("source") for s in p.steps if s["kind"] == "cell"]
+    assert "evil_setup()" not in sources and "print('passed')" not in sources
+    assert sources.index("x = 1") < sources.index("class LayerNorm: pass") < sources.index("y = 2")
+    assert [t.grade_id for t in p.tests] == [c["grade_id"] for c in release if c["role"] == "test"]
+    assert p.steps[-1]["kind"] == "test"
+
+
+@pytest.mark.parametrize("code, hit", [
+    ("import torch.nn.functional as F\ny = F.layer_norm(x, s)", True),
+    ("from torch.nn import LayerNorm as L", True),
+    ("m = nn.LayerNorm(4)", True),
+    ("f = getattr(F, 'lay' + 'er_norm')", True),
+    ("exec(open('x').read())", True),
+    ("class LayerNorm(nn.Module):\n    '''my layer_norm'''\n    def forward(self, x):\n"
+     "        mu = x.mean(-1, keepdim=True)\n        return (x - mu) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)", False),
+    ("%timeit LayerNorm(4)(x)", False),
+])
+def test_static_scan(code, hit):
+    from course.checks.ops import NORM_OPS
+    assert bool(planmod.scan_forbidden([code], NORM_OPS)) == hit
+
+
+def test_bad_notebooks_are_refused_with_a_reason(tmp_path):
+    for content, phrase in [(b"", "empty"), (b"{", "cut off"), (b"[]", "not a notebook"), (b"\xff\xfe\x00", "UTF-8"),
+                            (b'{"metadata": {}}', "no cells")]:
+        p = tmp_path / "nb.ipynb"
+        p.write_bytes(content)
+        with pytest.raises(planmod.BadNotebook, match=phrase):
+            planmod.read_student_notebook(p)
+
+
+def test_refuses_to_run_without_a_sandbox(monkeypatch, capsys):
+    from autograder.__main__ import main
+    monkeypatch.setattr(sandbox, "_checked", {})
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    assert main(["grade", "--out", "/nonexistent/out"]) == 2
+    err = capsys.readouterr().err
+    assert "bwrap" in err and "--no-sandbox" in err
+
+
+def test_unreadable_input_exits_2(tmp_path, capsys):
+    from autograder.__main__ import main
+    assert main(["grade", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--no-sandbox"]) == 2
