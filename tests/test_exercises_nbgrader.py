@@ -1,9 +1,11 @@
 """Through real ``nbgrader autograde``: solutions earn full marks, released stubs earn zero, and
 every wrong implementation in tests/fixtures/wrong/ loses the points of the test meant for it,
-with a message that names the mistake."""
+with a message that names the mistake, and every correct-but-unusual one in tests/fixtures/right/
+earns full marks."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import nbformat
@@ -15,12 +17,21 @@ from course.release import ROOT, assignments
 
 WRONG = ROOT / "tests" / "fixtures" / "wrong"
 FIXTURES = fixtures(WRONG)
+RIGHT_FIXTURES = fixtures(ROOT / "tests" / "fixtures" / "right")
+
+
+def _kernelspec(fx) -> str | None:
+    """A right fixture may ask for its notebook to name another kernel (``kernelspec: NAME``)."""
+    m = re.search(r"^kernelspec:\s*(\S+)", fx.code.split('"""')[1] if '"""' in fx.code else "", re.M)
+    return m.group(1) if m else None
+
+
 ASSIGNMENTS = assignments()
 
 
 @pytest.fixture(scope="session")
 def graded(tmp_path_factory):
-    """One nbgrader run over a class: a solution, a stub and every wrong version per assignment."""
+    """One nbgrader run over a class: a solution, a stub, every wrong and every right version."""
     tmp = tmp_path_factory.mktemp("nbgrader_class")
     submitted = tmp / "submitted"
     for a in ASSIGNMENTS:
@@ -34,6 +45,12 @@ def graded(tmp_path_factory):
     for fx in FIXTURES:
         name, nb = submission_from_code(fx.assignment, fx.code)
         write_submission(submitted, f"wrong-{fx.name}", fx.assignment, name, nb)
+    for fx in RIGHT_FIXTURES:
+        name, nb = submission_from_code(fx.assignment, fx.code)
+        if _kernelspec(fx):
+            nb.metadata["kernelspec"] = {"name": _kernelspec(fx), "display_name": _kernelspec(fx),
+                                         "language": "python"}
+        write_submission(submitted, f"right-{fx.name}", fx.assignment, name, nb)
     scores = autograde_stock(submitted, tmp / "work")
     return scores, tmp / "work" / "course"
 
@@ -84,6 +101,15 @@ def test_wrong_version_loses_its_points(graded, fx):
         text = _cell_output(course, f"wrong-{fx.name}", fx.assignment, fx.loses[0])
         assert fx.message in text, (
             f"{fx.path.name}: the failing test {fx.loses[0]} should say {fx.message!r}; it said: {text[:800]}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fx", RIGHT_FIXTURES, ids=[f"{f.assignment}/{f.name}" for f in RIGHT_FIXTURES])
+def test_right_version_earns_full_marks(graded, fx):
+    scores, _ = graded
+    row = scores[(f"right-{fx.name}", fx.assignment)]
+    lost = {g: s for g, s in row.items() if s[0] != s[1]}
+    assert row and not lost, f"{fx.path.name} ({fx.summary}) loses points: {lost}"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -1,0 +1,243 @@
+"""The four benchmark checks, one per notebook: ``layernorm_benchmark``, ``rmsnorm_benchmark``,
+``residual_benchmark``, ``transformer_block_benchmark``.
+
+The probe times the student's module against torch's own (``nn.LayerNorm``, ``nn.RMSNorm``,
+``x + F(nn.LayerNorm(x))``, ``nn.TransformerEncoderLayer``) with :mod:`course.bench`,
+interleaved round by round, plus the course's solution when ``solutions/`` is there
+(:func:`course.solutions.load_reference`). It returns plain numbers: seconds per call per
+round for each implementation, the device, the sizes, a copy's time, and the output.
+
+The judge passes a layer that is correct and whose median round-by-round time ratio to
+torch's is under :data:`LIMITS`. The limits are generous: straightforward vectorized code
+lands within a few times torch's fused kernels, while a Python loop over rows or tokens is
+tens to hundreds of times slower (numbers in the module's tests and the issue's report).
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+from torch import nn
+
+from course import bench
+from course.checks import CheckFailed, register
+from course.checks.compare import expect_close, expect_tensor
+from course.checks.ops import NORM_OPS, OpRecorder
+
+#: largest accepted median ratio (yours / torch) per check
+LIMITS = {
+    "layernorm_benchmark": 25.0,
+    "rmsnorm_benchmark": 25.0,
+    "residual_benchmark": 10.0,
+    "transformer_block_benchmark": 10.0,
+}
+REPEAT = 21
+
+NORM_SHAPE = (4, 256, 128)  # 1024 rows of 128 features, 512 KiB in float32: temporaries stay in cache
+RES_SHAPE, RES_D = (2, 512, 64), 64  # 512 positions: a loop over tokens shows
+TB_SHAPE, TB_H, TB_FF = (2, 128, 64), 4, 256
+
+LOOP_HINT = {
+    "layernorm_benchmark": "is there a Python loop over rows? Compute the statistics of all rows at "
+                           "once with .mean(dim=..., keepdim=True) over the normalized dims",
+    "rmsnorm_benchmark": "is there a Python loop over rows? Compute mean(x**2) of all rows at once "
+                         "with .mean(dim=..., keepdim=True) over the normalized dims",
+    "residual_benchmark": "is there a Python loop over tokens? Apply the norm and the sublayer to the "
+                          "whole [batch, tokens, dim] tensor at once",
+    "transformer_block_benchmark": "is there a Python loop over tokens or heads? Give the whole "
+                                   "[batch, tokens, d_model] tensor to nn.MultiheadAttention and the FFN",
+}
+
+
+def _input(shape, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).mul_(1.5).add_(0.5).to(device)
+
+
+def _reference(assignment: str, name: str):
+    from course.solutions import load_reference
+
+    try:
+        ns = load_reference(assignment)
+    except Exception:  # noqa: BLE001 -- a broken reference must not cost the student anything
+        return None
+    return ns.get(name) if ns else None
+
+
+def _run(grade_id: str, mods: dict, x, student_name: str, forbid=frozenset()) -> dict:
+    """Time ``mods`` (name -> callable on x) interleaved; the student's first, under an op recorder."""
+    with OpRecorder(active=bool(forbid)) as rec, torch.no_grad():
+        y = mods["yours"](x)
+    if not isinstance(y, torch.Tensor):
+        raise CheckFailed(f"{student_name} returned {type(y).__name__}, not a torch.Tensor")
+    device = x.device
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # one thread: a busy shared machine then slows every run alike
+    try:
+        times = bench.time_interleaved({k: (lambda f=f: f(x)) for k, f in mods.items()},
+                                       repeat=REPEAT, device=device)
+        copy = bench.copy_time(x, repeat=REPEAT)
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "grade_id": grade_id,
+        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "shape": list(x.shape), "dtype": str(x.dtype)[6:],
+        "bytes": x.numel() * x.element_size(),
+        "times": times,
+        "copy": copy,
+        "ops": sorted(rec.seen & forbid),
+        "threads": 1 if device.type == "cpu" else None,
+        "y": y.detach().float().cpu(),
+        "notes": [] if len(mods) > 2 else ["the course's solution is not available here (no solutions/ folder): "
+                                           "timed against torch only"],
+    }
+
+
+def robust_ratio(times: dict) -> float:
+    """yours / torch: the smaller of the median round-by-round ratio and the ratio of the fastest
+    runs. Load on a shared machine only ever adds time, so each estimate can only be inflated by
+    noise; taking the smaller keeps honest code far under the limit while a loop stays far above."""
+    med = statistics.median(bench.ratios(times, "yours", "torch"))
+    return min(med, min(times["yours"]) / min(times["torch"]))
+
+
+def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, atol=1e-3) -> None:
+    gid = out["grade_id"]
+    if out["ops"]:
+        raise CheckFailed(f"your code calls torch's own {', '.join(out['ops'])}: the benchmark times "
+                          "your implementation, so it gives no points for torch's")
+    y = expect_tensor(out["y"], what)
+    if want is not None:
+        expect_close(y, want, what=f"{what} on the benchmark input", atol=atol, rtol=atol,
+                     check_dtype=False)
+    elif tuple(y.shape) != tuple(out["shape"]):
+        raise CheckFailed(f"{what} has shape {tuple(y.shape)}, expected {tuple(out['shape'])}")
+    rows = bench.summarize(out["times"], out["bytes"], out["copy"], out["device"])
+    rs = bench.ratios(out["times"], "yours", "torch")
+    ratio = robust_ratio(out["times"])
+    limit = LIMITS[gid]
+    print(f"{gid}: input {tuple(out['shape'])} {out['dtype']} on {out['device']}, "
+          f"{len(rs)} interleaved rounds, {out['threads']} threads")
+    print(bench.format_table(rows))
+    for note in out["notes"]:
+        print("note:", note)
+    print(f"yours / {torch_name}: {ratio:.2f}x (round by round from {min(rs):.2f}x to "
+          f"{max(rs):.2f}x); the limit is {limit:g}x")
+    if ratio > limit:
+        raise CheckFailed(f"your {what} takes {ratio:.1f}x the time of {torch_name} (the limit is "
+                          f"{limit:g}x, generous for vectorized code): {LOOP_HINT[gid]}. "
+                          "A Python loop pays the interpreter's overhead once per row.")
+
+
+# --------------------------------------------------------------------------------------------
+
+def _norm_probe(ns, grade_id, name, assignment, torch_mod, forbid):
+    cls = ns[name]
+    device = bench.default_device()
+    d = NORM_SHAPE[-1]
+    x = _input(NORM_SHAPE, 0, device)
+    mods = {"yours": cls(d).to(device), "torch": torch_mod(d).to(device)}
+    ref = _reference(assignment, name)
+    if ref is not None:
+        mods["course solution"] = ref(d).to(device)
+    return _run(grade_id, mods, x, name, forbid)
+
+
+@register("layernorm_benchmark", needs=("LayerNorm",))
+class LayerNormBenchmark:
+    """vectorized: within a generous factor of torch.nn.LayerNorm's time"""
+
+    @staticmethod
+    def probe(ns):
+        return _norm_probe(ns, "layernorm_benchmark", "LayerNorm", "01_layernorm", nn.LayerNorm, NORM_OPS)
+
+    @staticmethod
+    def judge(out):
+        want = nn.LayerNorm(NORM_SHAPE[-1])(_input(NORM_SHAPE)).detach()
+        _judge(out, want, "LayerNorm", "torch.nn.LayerNorm")
+
+
+@register("rmsnorm_benchmark", needs=("RMSNorm",))
+class RMSNormBenchmark:
+    """vectorized: within a generous factor of torch.nn.RMSNorm's time"""
+
+    @staticmethod
+    def probe(ns):
+        return _norm_probe(ns, "rmsnorm_benchmark", "RMSNorm", "02_rmsnorm",
+                           lambda d: nn.RMSNorm(d, eps=1e-6), NORM_OPS)
+
+    @staticmethod
+    def judge(out):
+        want = nn.RMSNorm(NORM_SHAPE[-1], eps=1e-6)(_input(NORM_SHAPE)).detach()
+        _judge(out, want, "RMSNorm", "torch.nn.RMSNorm")
+
+
+# --------------------------------------------------------------------------------------------
+
+def _res_sublayer(device="cpu"):
+    g = torch.Generator().manual_seed(1234)
+    lin = nn.Linear(RES_D, RES_D)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(RES_D, RES_D, generator=g) / RES_D ** 0.5)
+        lin.bias.copy_(0.1 * torch.randn(RES_D, generator=g))
+    return lin.to(device)
+
+
+class _TorchResidual(nn.Module):
+    """torch's composition of a pre-norm residual block: x + F(LayerNorm(x))."""
+
+    def __init__(self, sublayer):
+        super().__init__()
+        self.norm, self.sublayer = nn.LayerNorm(RES_D), sublayer
+
+    def forward(self, x):
+        return x + self.sublayer(self.norm(x))
+
+
+@register("residual_benchmark", needs=("ResidualBlock",))
+class ResidualBenchmark:
+    """vectorized: a pre-norm ResidualBlock within a generous factor of x + F(nn.LayerNorm(x))"""
+
+    @staticmethod
+    def probe(ns):
+        device = bench.default_device()
+        x = _input(RES_SHAPE, 1, device)
+        f = _res_sublayer(device)
+        mods = {"yours": ns["ResidualBlock"](RES_D, f, norm="layer").to(device).eval(),
+                "torch": _TorchResidual(f).to(device).eval()}
+        ref = _reference("03_residual", "ResidualBlock")
+        if ref is not None:
+            mods["course solution"] = ref(RES_D, f, norm="layer").to(device).eval()
+        return _run("residual_benchmark", mods, x, "ResidualBlock")
+
+    @staticmethod
+    def judge(out):
+        want = _TorchResidual(_res_sublayer())(_input(RES_SHAPE, 1)).detach()
+        _judge(out, want, "ResidualBlock", "x + F(nn.LayerNorm(x))")
+
+
+# --------------------------------------------------------------------------------------------
+
+@register("transformer_block_benchmark", needs=("TransformerBlock",))
+class TransformerBlockBenchmark:
+    """vectorized: a TransformerBlock within a generous factor of nn.TransformerEncoderLayer"""
+
+    @staticmethod
+    def probe(ns):
+        device = bench.default_device()
+        d = TB_SHAPE[-1]
+        x = _input(TB_SHAPE, 2, device)
+        mods = {"yours": ns["TransformerBlock"](d, TB_H, TB_FF).to(device).eval(),
+                "torch": nn.TransformerEncoderLayer(d, TB_H, TB_FF, dropout=0.0, activation="gelu",
+                                                    batch_first=True, norm_first=True).to(device).eval()}
+        ref = _reference("04_transformer_block", "TransformerBlock")
+        if ref is not None:
+            mods["course solution"] = ref(d, TB_H, TB_FF).to(device).eval()
+        return _run("transformer_block_benchmark", mods, x, "TransformerBlock")
+
+    @staticmethod
+    def judge(out):
+        # correctness is the other checks' job (they load known weights); here: shape and timing
+        _judge(out, None, "TransformerBlock", "nn.TransformerEncoderLayer")

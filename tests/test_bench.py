@@ -1,0 +1,87 @@
+"""course.bench (the timing the benchmark cells and the autograder share) and the benchmark
+checks' verdicts, from hand-made timings: no flaky wall-clock assertions here."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+import torch
+from torch import nn
+
+from course import bench
+from course.checks import CheckFailed
+from course.checks.benchmark import LIMITS, NORM_SHAPE, _input, _judge, robust_ratio
+
+
+def test_time_interleaved_gives_one_sample_per_round_and_positive_times():
+    x = torch.randn(64, 32)
+    calls = {"a": 0, "b": 0}
+
+    def a():
+        calls["a"] += 1
+        return x * 2
+
+    def b():
+        calls["b"] += 1
+        return x + 1
+
+    times = bench.time_interleaved({"a": a, "b": b}, repeat=5, target=1e-4, device="cpu")
+    assert set(times) == {"a", "b"} and all(len(v) == 5 for v in times.values())
+    assert all(t > 0 for v in times.values() for t in v)
+    assert calls["a"] >= 5 and calls["b"] >= 5
+    assert bench.time_fn(a, repeat=3, target=1e-4) > 0
+    assert len(bench.ratios(times, "a", "b")) == 5
+
+
+def test_summary_table_and_plot():
+    times = {"yours": [2e-4, 3e-4, 2.5e-4], "torch": [1e-4, 1e-4, 1.2e-4]}
+    rows = bench.summarize(times, nbytes=1 << 20, copy_seconds=5e-5, device="cpu")
+    yours = rows[0]
+    assert yours["seconds"] == 2.5e-4
+    assert yours["gbps"] == pytest.approx(2 * (1 << 20) / 2.5e-4 / 1e9)
+    assert yours["pct_copy"] == pytest.approx(100 * 5e-5 / 2.5e-4)
+    table = bench.format_table(rows)
+    assert "2.50x" in table and "% of copy" in table
+    fig = bench.plot(rows)
+    assert len(fig.axes) == 2
+
+
+def test_sweep_norm_draws_a_plot():
+    res = bench.sweep_norm(nn.LayerNorm, nn.LayerNorm, dims=(8, 16), rows=16, repeat=2, show=False)
+    assert len(res["yours"]) == 2 and res["figure"] is not None
+
+
+def test_copy_time_is_positive():
+    assert bench.copy_time(torch.randn(1000), repeat=3) > 0
+
+
+def test_robust_ratio_is_not_fooled_by_one_slow_round():
+    times = {"yours": [2.0, 2.0, 50.0], "torch": [1.0, 1.0, 1.0]}
+    assert robust_ratio(times) == 2.0
+    times = {"yours": [2.0, 30.0, 30.0], "torch": [1.0, 1.0, 1.0]}
+    assert robust_ratio(times) == 2.0  # the fastest runs agree even when most rounds were disturbed
+
+
+def _out(ratio, ops=()):
+    x = _input(NORM_SHAPE)
+    return {"grade_id": "layernorm_benchmark", "device": "cpu", "shape": list(x.shape), "dtype": "float32",
+            "bytes": x.numel() * 4, "times": {"yours": [ratio * 1e-4] * 5, "torch": [1e-4] * 5},
+            "copy": 5e-5, "ops": list(ops), "threads": 1, "notes": [],
+            "y": nn.LayerNorm(x.shape[-1])(x).detach()}
+
+
+@pytest.mark.layernorm
+def test_benchmark_verdicts(capsys):
+    want = _out(1)["y"]
+    _judge(_out(3.0), want, "LayerNorm", "torch.nn.LayerNorm")
+    assert "the limit is" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="Python loop"):
+        _judge(_out(LIMITS["layernorm_benchmark"] * 1.5), want, "LayerNorm", "torch.nn.LayerNorm")
+    with pytest.raises(CheckFailed, match="torch's own"):
+        _judge(_out(1.0, ["layer_norm"]), want, "LayerNorm", "torch.nn.LayerNorm")
+    bad = _out(1.0)
+    bad["y"] = bad["y"] * 2
+    with pytest.raises(CheckFailed, match="benchmark input"):
+        _judge(bad, want, "LayerNorm", "torch.nn.LayerNorm")

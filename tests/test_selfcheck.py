@@ -1,0 +1,56 @@
+"""`make check NB=...` (python -m course.selfcheck): a solution notebook passes, a stub fails,
+hidden tests are announced, and the exit status says which."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from course.release import ROOT, venv_env
+from course.selfcheck import Result, _runs_something, report
+
+pytestmark = [pytest.mark.layernorm]
+
+
+def _selfcheck(path):
+    return subprocess.run([sys.executable, "-m", "course.selfcheck", str(path)], capture_output=True,
+                          text=True, env=venv_env(), cwd=ROOT, timeout=600)
+
+
+@pytest.mark.slow
+def test_solution_notebook_passes():
+    proc = _selfcheck(ROOT / "solutions" / "01_layernorm" / "layernorm.ipynb")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS  layernorm_matches_torch" in proc.stdout
+    assert "PASS  layernorm_hard_rows" in proc.stdout  # hidden tests are present in the source
+    assert "visible tests pass" in proc.stdout
+
+
+@pytest.mark.slow
+def test_released_stub_fails_and_mentions_hidden_tests():
+    proc = _selfcheck(ROOT / "exercises" / "01_layernorm" / "layernorm.ipynb")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL  layernorm_matches_torch" in proc.stdout
+    assert "not implemented yet" in proc.stdout
+    assert "[hidden: graded when you submit]" in proc.stdout
+    assert "hidden tests" in proc.stdout
+
+
+def test_bad_arguments_exit_2():
+    assert _selfcheck(ROOT / "no_such.ipynb").returncode == 2
+
+
+def test_report_counts_and_exit_status(capsys):
+    res = [Result("a", "checks a", 2, "PASS"), Result("b", "checks b", 1, "FAIL", "b is wrong"),
+           Result("c", "checks c", 1, "HIDDEN")]
+    assert report(res) == 1
+    out = capsys.readouterr().out
+    assert "1/2 visible tests pass (2 of 3 visible points)" in out and "b is wrong" in out
+    assert "1 hidden tests" in out
+    assert report([Result("a", "checks a", 2, "PASS")]) == 0
+
+
+def test_hidden_cell_detection():
+    assert not _runs_something('"""checks a thing"""\n')
+    assert _runs_something('"""checks a thing"""\nrun("x", globals())')
