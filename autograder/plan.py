@@ -75,7 +75,8 @@ def read_student_notebook(path: Path, notes: list | None = None) -> list[dict]:
     except UnicodeDecodeError:
         raise BadNotebook("the notebook file is not text (UTF-8): it is not a Jupyter notebook") from None
     except json.JSONDecodeError as e:
-        hint = " (the file looks cut off: was the upload complete?)" if e.pos >= len(raw.rstrip()) - 2 else ""
+        cut = e.pos >= len(raw.rstrip()) - 2 or not raw.rstrip().endswith(b"}")
+        hint = " (the file looks cut off: was the upload complete?)" if cut else ""
         raise BadNotebook(f"the notebook file is not valid JSON: {e.msg} at line {e.lineno}, "
                           f"column {e.colno}{hint}") from None
     if not isinstance(nb, dict):
