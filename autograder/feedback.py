@@ -66,9 +66,11 @@ def feedback_html(o) -> str:
         body.append("<h2>Benchmark</h2>")
         for t in bench:
             d = getattr(t, "detail", None) or {}
-            if d:
-                rows = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in d.items())
+            rows = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in d.items() if k != "report")
+            if rows:
                 body.append(f"<table><tr><th>measure</th><th>value</th></tr>{rows}</table>")
+            if d.get("report"):
+                body.append(f"<pre>{e(d['report'])}</pre>")
             body.append(f"<p>{'passed' if t.passed else 'failed'}: {e(t.message or t.doc)}</p>")
     if o.cell_errors:
         body.append("<h2>Errors while your notebook ran</h2>")

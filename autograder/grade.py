@@ -12,7 +12,9 @@ The score never depends on anything the submission's process claims about itself
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import os
 import shutil
@@ -87,6 +89,23 @@ def _check(grade_id):
         return None
 
 
+_JUDGE_LOCK = threading.Lock()  # judges print (the benchmark's table): one at a time, output captured
+
+
+def _benchmark_detail(record: dict, grade_id: str) -> dict:
+    """The benchmark's numbers for the feedback and the report (from the probe: see the README)."""
+    from course.checks import wire
+    try:
+        from course.checks.benchmark import LIMITS, robust_ratio
+        out = wire.decode(record["out"])
+        times = out["times"]
+        return {"ratio": round(float(robust_ratio(times)), 3), "limit": LIMITS.get(grade_id),
+                "device": str(out.get("device", ""))[:60],
+                **{f"median s/call ({k})": f"{sorted(v)[len(v) // 2]:.3g}" for k, v in times.items()}}
+    except Exception:  # noqa: BLE001 -- no usable numbers: the verdict says why
+        return {}
+
+
 def judge_records(tests: list[planmod.Test], out: Path, code: list[str]) -> list[TestResult]:
     """The verdict on each test, from the records in ``out`` (trusted side)."""
     from course.checks import CheckFailed, verdict, wire
@@ -96,7 +115,7 @@ def judge_records(tests: list[planmod.Test], out: Path, code: list[str]) -> list
         check = _check(t.grade_id)
         doc = check.doc if check else t.grade_id
         path = out / f"test_{t.index}.json"
-        passed, msg = False, ""
+        passed, msg, detail = False, "", {}
         if check is None:
             msg = f"the grader has no check {t.grade_id!r} (instructor: is the course package complete?)"
         elif not path.is_file():
@@ -111,13 +130,22 @@ def judge_records(tests: list[planmod.Test], out: Path, code: list[str]) -> list
                             f"your code uses {', '.join(seen)}. This exercise asks you to compute the "
                             "normalization yourself from the formula, so implementation checks give no "
                             "points for torch's built-in (or for code that looks names up dynamically).")
-                verdict(check, record)
+                if t.grade_id.endswith("_benchmark") and record.get("ok"):
+                    detail = _benchmark_detail(record, t.grade_id)
+                buf = io.StringIO()
+                with _JUDGE_LOCK, contextlib.redirect_stdout(buf):
+                    try:
+                        verdict(check, record)
+                    finally:
+                        if t.grade_id.endswith("_benchmark"):
+                            detail["report"] = buf.getvalue()[-3000:]
                 passed = True
             except CheckFailed as e:
                 msg = str(e)
             except Exception as e:  # noqa: BLE001 -- a malformed record, a judge tripping on odd data
                 msg = f"the result of your code could not be checked ({type(e).__name__}: {str(e)[:300]})"
-        results.append(TestResult(t.grade_id, doc, t.points if passed else 0.0, t.points, passed, msg[:2000]))
+        results.append(TestResult(t.grade_id, doc, t.points if passed else 0.0, t.points, passed, msg[:2000],
+                                  detail))
     return results
 
 
