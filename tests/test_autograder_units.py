@@ -107,3 +107,9 @@ def test_refuses_to_run_without_a_sandbox(monkeypatch, capsys):
 def test_unreadable_input_exits_2(tmp_path, capsys):
     from autograder.__main__ import main
     assert main(["grade", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--no-sandbox"]) == 2
+
+
+def test_sample_class_is_in_sync():
+    """autograder/sample_class/ is exactly what `python -m autograder.sample_class` generates."""
+    from autograder.sample_class import main
+    assert main(["--check"]) == 0

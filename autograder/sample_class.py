@@ -1,0 +1,95 @@
+"""Generate the bundled sample class (autograder/sample_class/, nbgrader's submitted layout).
+
+    python -m autograder.sample_class           # regenerate
+    python -m autograder.sample_class --check   # exit 1 if the committed copy is out of date
+
+Eight students, built from solutions/, exercises/ and tests/fixtures/, so `make grade` shows the
+whole flow on a fresh clone: complete, partial, buggy (wrong fixtures), correct-but-unusual
+(right fixtures), cheating (hostile fixtures), broken files and missing work.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from autograder.fixture_class import FIXTURES, _write, read_code_fixture, release_dict, solved_dict, with_code
+from autograder.make_submission import read_fixture
+from course.release import ROOT, assignments, differences
+
+DEST = Path(__file__).resolve().parent / "sample_class"
+
+
+def _wrong(a: str, i: int = 0):
+    paths = sorted((FIXTURES / "wrong" / a).glob("*.py"))
+    return read_fixture(paths[i % len(paths)]).code if paths else None
+
+
+def _right(a: str):
+    paths = sorted((FIXTURES / "right" / a).glob("*.py"))
+    return read_fixture(paths[0]).code if paths else None
+
+
+def build(dest: Path, root: Path = ROOT) -> None:
+    A = assignments(root)
+    names = {a: release_dict(a, root)[0] for a in A}
+    rel = {a: release_dict(a, root)[1] for a in A}
+    sol = {a: solved_dict(a, root) for a in A}
+
+    def put(student, a, content):
+        _write(dest, student, a, names[a], content)
+
+    def code(a, c):
+        return with_code(copy.deepcopy(rel[a]), c) if c else copy.deepcopy(rel[a])
+
+    for a in A:
+        put("ada_complete", a, sol[a])  # everything right
+        put("cho_buggy", a, code(a, _wrong(a, 0)))  # one classic mistake per assignment
+        put("dan_buggy", a, code(a, _wrong(a, 3)))
+        put("hal_unusual", a, code(a, _right(a)) if _right(a) else sol[a])
+    put("ben_partial", A[0], sol[A[0]])  # first two done, third untouched, fourth missing
+    put("ben_partial", A[1], code(A[1], _wrong(A[1], 1)))
+    put("ben_partial", A[2], copy.deepcopy(rel[A[2]]))
+    cheat = read_code_fixture(FIXTURES / "hostile" / "patch_checks.py")["code"]
+    put("eve_cheats", A[0], code(A[0], cheat))  # patches the checks: scores 0
+    put("eve_cheats", A[1], code(A[1], _wrong(A[1], 0)))  # calls torch's built-in RMSNorm
+    put("fay_broken", A[0], json.dumps(sol[A[0]]).encode()[:5000])  # truncated upload
+    put("fay_broken", A[1], b"")  # empty file
+    old = copy.deepcopy(sol[A[2]])  # old nbformat 3, graded normally
+    put("fay_broken", A[2], {"nbformat": 3, "nbformat_minor": 0, "metadata": {},
+                             "worksheets": [{"cells": [
+                                 dict(c, input=c["source"]) if c["cell_type"] == "code" else c
+                                 for c in old["cells"]]}]})
+    gus = copy.deepcopy(sol[A[0]])  # a renamed notebook with a stray kernelspec
+    gus["metadata"]["kernelspec"] = {"name": "conda-env-ml-py", "display_name": "ML", "language": "python"}
+    _write(dest, "gus_renamed", A[0], "Copy of " + names[A[0]], gus)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp) / "sample_class"
+        build(fresh)
+        if args.check:
+            diff = differences(fresh, DEST) if DEST.exists() else ["autograder/sample_class is missing"]
+            if diff:
+                print("autograder/sample_class is out of date; run `python -m autograder.sample_class`:")
+                print("\n".join(f"  {d}" for d in diff[:30]))
+                return 1
+            print("autograder/sample_class is in sync")
+            return 0
+        if DEST.exists():
+            shutil.rmtree(DEST)
+        shutil.copytree(fresh, DEST)
+        print(f"wrote {DEST}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
