@@ -95,7 +95,8 @@ def results(nb) -> list[Result]:
     return out
 
 
-def report(res: list[Result], stream=sys.stdout) -> int:
+def report(res: list[Result], stream=None) -> int:
+    stream = stream or sys.stdout
     visible = [r for r in res if r.status != "HIDDEN"]
     hidden = [r for r in res if r.status == "HIDDEN"]
     for r in visible:

@@ -7,10 +7,11 @@ interleaved round by round, plus the course's solution when ``solutions/`` is th
 (:func:`course.solutions.load_reference`). It returns plain numbers: seconds per call per
 round for each implementation, the device, the sizes, a copy's time, and the output.
 
-The judge passes a layer that is correct and whose median round-by-round time ratio to
-torch's is under :data:`LIMITS`. The limits are generous: straightforward vectorized code
-lands within a few times torch's fused kernels, while a Python loop over rows or tokens is
-tens to hundreds of times slower (numbers in the module's tests and the issue's report).
+The judge passes a layer that is correct and whose time ratio to torch's (fastest run against
+fastest run, :func:`robust_ratio`) is under :data:`LIMITS`. The limits are generous:
+straightforward vectorized code lands within a few times torch's fused kernels, while a
+Python loop over rows or tokens is tens to hundreds of times slower. CPU timings use one
+thread: on a shared machine, two threads per op multiply the noise.
 """
 from __future__ import annotations
 
@@ -24,18 +25,18 @@ from course.checks import CheckFailed, register
 from course.checks.compare import expect_close, expect_tensor
 from course.checks.ops import NORM_OPS, OpRecorder
 
-#: largest accepted median ratio (yours / torch) per check
+#: largest accepted ratio (yours / torch, :func:`robust_ratio`) per check
 LIMITS = {
     "layernorm_benchmark": 25.0,
     "rmsnorm_benchmark": 25.0,
     "residual_benchmark": 10.0,
-    "transformer_block_benchmark": 10.0,
+    "transformer_block_benchmark": 5.0,
 }
 REPEAT = 21
 
 NORM_SHAPE = (4, 256, 128)  # 1024 rows of 128 features, 512 KiB in float32: temporaries stay in cache
 RES_SHAPE, RES_D = (2, 512, 64), 64  # 512 positions: a loop over tokens shows
-TB_SHAPE, TB_H, TB_FF = (2, 128, 64), 4, 256
+TB_SHAPE, TB_H, TB_FF = (4, 128, 32), 4, 64  # small rows: the fixed cost per token of a loop shows
 
 LOOP_HINT = {
     "layernorm_benchmark": "is there a Python loop over rows? Compute the statistics of all rows at "
@@ -96,11 +97,10 @@ def _run(grade_id: str, mods: dict, x, student_name: str, forbid=frozenset()) ->
 
 
 def robust_ratio(times: dict) -> float:
-    """yours / torch: the smaller of the median round-by-round ratio and the ratio of the fastest
-    runs. Load on a shared machine only ever adds time, so each estimate can only be inflated by
-    noise; taking the smaller keeps honest code far under the limit while a loop stays far above."""
-    med = statistics.median(bench.ratios(times, "yours", "torch"))
-    return min(med, min(times["yours"]) / min(times["torch"]))
+    """yours / torch from the fastest run of each: load on a shared machine only ever adds time,
+    and with 21 interleaved rounds each side almost surely has one undisturbed run. (A median of
+    round-by-round ratios swings widely when one side happens to be hit in most rounds.)"""
+    return min(times["yours"]) / min(times["torch"])
 
 
 def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, atol=1e-3) -> None:
@@ -123,8 +123,8 @@ def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, ato
     print(bench.format_table(rows))
     for note in out["notes"]:
         print("note:", note)
-    print(f"yours / {torch_name}: {ratio:.2f}x (round by round from {min(rs):.2f}x to "
-          f"{max(rs):.2f}x); the limit is {limit:g}x")
+    print(f"yours / {torch_name}: {ratio:.2f}x, fastest run against fastest run (round by round "
+          f"from {min(rs):.2f}x to {max(rs):.2f}x); the limit is {limit:g}x")
     if ratio > limit:
         raise CheckFailed(f"your {what} takes {ratio:.1f}x the time of {torch_name} (the limit is "
                           f"{limit:g}x, generous for vectorized code): {LOOP_HINT[gid]}. "
@@ -231,7 +231,9 @@ class TransformerBlockBenchmark:
         x = _input(TB_SHAPE, 2, device)
         mods = {"yours": ns["TransformerBlock"](d, TB_H, TB_FF).to(device).eval(),
                 "torch": nn.TransformerEncoderLayer(d, TB_H, TB_FF, dropout=0.0, activation="gelu",
-                                                    batch_first=True, norm_first=True).to(device).eval()}
+                                                    batch_first=True, norm_first=True).to(device).train()}
+        # torch's layer stays in train mode (dropout 0, so deterministic): its fused eval-mode
+        # fast path is a different, erratic baseline on the CPU; students' blocks run in eval
         ref = _reference("04_transformer_block", "TransformerBlock")
         if ref is not None:
             mods["course solution"] = ref(d, TB_H, TB_FF).to(device).eval()
