@@ -1,0 +1,73 @@
+"""The degradation problem on a task small enough to train at build time (chapters 01-02).
+
+He et al. (2016) saw a 56-layer plain CNN reach a *higher training error* than a 20-layer one.
+Here: three interleaved spirals in the plane (3 classes), fully connected ReLU nets of a given
+depth, plain or residual, trained on the same data with the same optimizer:
+
+    plain     h_{l+1} = relu(W_l h_l + b_l)
+    residual  h_{l+1} = h_l + relu(W_l h_l + b_l)      (W_l scaled by 1/sqrt(depth) at init)
+
+Both use He initialization (std sqrt(2 / width)), the right scale for ReLU, so what remains is
+the optimization difficulty of depth itself, not a badly chosen init.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def spirals(n: int = 512, arms: int = 3, seed: int = 0):
+    """(x, y): n points in 2-D on ``arms`` interleaved spirals, labels 0..arms-1."""
+    g = torch.Generator().manual_seed(seed)
+    k = torch.arange(n) % arms
+    r = torch.rand(n, generator=g)
+    t = 3 * math.pi * r + 2 * math.pi * k / arms
+    x = torch.stack([r * torch.cos(t), r * torch.sin(t)], 1)
+    x = x + 0.1 * r[:, None] * torch.randn(n, 2, generator=g)
+    return 2 * x, k
+
+
+class MLP(nn.Module):
+    """``depth`` hidden ReLU layers of ``width`` units between a 2-D input and the class logits."""
+
+    def __init__(self, depth: int, width: int = 32, residual: bool = False, n_out: int = 3):
+        super().__init__()
+        self.residual = residual
+        self.inp = nn.Linear(2, width)
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.out = nn.Linear(width, n_out)
+        for lin in self.layers:
+            nn.init.kaiming_normal_(lin.weight, nonlinearity="relu")
+            nn.init.zeros_(lin.bias)
+            if residual:  # keeps the stream's variance bounded: (1 + 1/depth)^depth < e
+                lin.weight.data /= math.sqrt(depth)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for lin in self.layers:
+            u = F.relu(lin(h))
+            h = h + u if self.residual else u
+        return self.out(h)
+
+
+def train(model: nn.Module, x, y, steps: int = 300, lr: float = 0.02, momentum: float = 0.9,
+          seed: int = 0) -> list[float]:
+    """Full-batch SGD with momentum on cross-entropy; returns the training loss at every step."""
+    torch.manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    losses = []
+    for _ in range(steps):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def accuracy(model: nn.Module, x, y) -> float:
+    with torch.no_grad():
+        return (model(x).argmax(1) == y).float().mean().item()

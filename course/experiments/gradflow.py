@@ -1,0 +1,119 @@
+"""How signals and gradients travel through deep stacks at initialization (chapters 01-03).
+
+A stack of ``depth`` layers maps ``h_0 = x`` to ``h_L``. Four kinds of layer, ``W`` a square
+matrix with entries drawn from N(0, gain**2 / width), ``phi`` tanh or ReLU:
+
+    plain      h_{l+1} = phi(W h_l)
+    plain_ln   h_{l+1} = phi(LN(W h_l))                 (normalized, no residual)
+    residual   h_{l+1} = h_l + alpha * phi(W h_l)        (residual, no norm)
+    prenorm    h_{l+1} = h_l + alpha * phi(W LN(h_l))   (residual around a normalized branch)
+
+:func:`grad_by_layer` back-propagates one fixed gradient of norm 1 from the top and returns
+``||dL/dh_l||`` for every layer, so the curve shows only what the layers' Jacobians do
+(backprop multiplies by ``dh_{l+1}/dh_l`` once per layer), not how big the loss happens to be.
+
+:class:`AttnStack` is a tiny transformer (attention + MLP per layer) with the residual adds
+switchable, for the "remove every residual connection" question of chapter 02.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+KINDS = ("plain", "plain_ln", "residual", "prenorm")
+ACTS = {"tanh": torch.tanh, "relu": torch.relu}
+
+
+def grad_by_layer(kind: str, depth: int = 50, width: int = 128, act: str = "tanh",
+                  gain: float = 1.0, alpha: float = 1.0, batch: int = 256, seed: int = 0):
+    """Return (grad_norms, act_norms): ``||dL/dh_l||`` and mean ``||h_l||`` per row, l = 0..depth."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}")
+    phi = ACTS[act]
+    g = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(width, width, generator=g) * gain / math.sqrt(width) for _ in range(depth)]
+    x = torch.randn(batch, width, generator=g).requires_grad_(True)
+    hs, h = [x], x
+    for W in weights:
+        if kind == "plain":
+            h = phi(h @ W.T)
+        elif kind == "plain_ln":
+            h = phi(F.layer_norm(h @ W.T, (width,)))
+        elif kind == "residual":
+            h = h + alpha * phi(h @ W.T)
+        else:  # prenorm
+            h = h + alpha * phi(F.layer_norm(h, (width,)) @ W.T)
+        h.retain_grad()
+        hs.append(h)
+    g_out = torch.randn(h.shape, generator=g)
+    h.backward(g_out / g_out.norm())  # dL/dh_L has norm 1
+    grads = [t.grad.norm().item() for t in hs]
+    norms = [t.detach().norm(dim=-1).mean().item() for t in hs]
+    return grads, norms
+
+
+class AttnLayer(nn.Module):
+    """Single-head self-attention then a ReLU MLP; ``residual`` switches both adds on or off.
+
+    residual:  h = h + attn(LN(h));  h = h + mlp(LN(h))      (pre-norm)
+    plain:     h = attn(LN(h));      h = mlp(LN(h))
+    """
+
+    def __init__(self, d: int, residual: bool):
+        super().__init__()
+        self.residual = residual
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, 1, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d))
+
+    def forward(self, h):
+        u = self.ln1(h)
+        a = self.attn(u, u, u, need_weights=False)[0]
+        h = h + a if self.residual else a
+        m = self.mlp(self.ln2(h))
+        return h + m if self.residual else m
+
+
+class AttnStack(nn.Module):
+    def __init__(self, n_layers: int, d: int, residual: bool):
+        super().__init__()
+        self.layers = nn.ModuleList(AttnLayer(d, residual) for _ in range(n_layers))
+
+    def forward(self, h):
+        """Return the hidden states after every layer, input first: n_layers + 1 tensors (B, T, D)."""
+        out = [h]
+        for layer in self.layers:
+            h = layer(h)
+            out.append(h)
+        return out
+
+
+def token_similarity(h: torch.Tensor) -> float:
+    """Mean cosine similarity between the token vectors of each sequence (off-diagonal pairs).
+
+    1.0 means every token carries the same vector: the sequence has collapsed to one point.
+    ``h`` is (B, T, D); the mean vector over all tokens is removed first, so that a shared
+    offset does not count as similarity.
+    """
+    B, T, D = h.shape
+    u = F.normalize(h - h.mean(dim=(0, 1), keepdim=True), dim=-1)
+    sim = u @ u.transpose(1, 2)  # (B, T, T)
+    off = ~torch.eye(T, dtype=torch.bool)
+    return sim[:, off].mean().item()
+
+
+def input_sensitivity(stack: AttnStack, x: torch.Tensor, eps: float = 1e-2) -> list[float]:
+    """Per layer: ||h_l(x + eps*n) - h_l(x)|| / ||h_l(x)||, divided by eps * ||n|| / ||x||.
+
+    How much of a small change to the input still shows at layer l (1.0: passed on unchanged
+    in relative size; near 0: the layer's output no longer depends on it).
+    """
+    g = torch.Generator().manual_seed(123)
+    n = torch.randn(x.shape, generator=g)
+    with torch.no_grad():
+        a, b = stack(x), stack(x + eps * n)
+    rel_in = (eps * n.norm() / x.norm()).item()
+    return [((hb - ha).norm() / ha.norm()).item() / rel_in for ha, hb in zip(a, b)]
