@@ -69,12 +69,12 @@ def _out(ratio, ops=()):
     return {"grade_id": "layernorm_benchmark", "device": "cpu", "shape": list(x.shape), "dtype": "float32",
             "bytes": x.numel() * 4, "times": {"yours": [ratio * 1e-4] * 5, "torch": [1e-4] * 5},
             "copy": 5e-5, "ops": list(ops), "threads": 1, "notes": [],
-            "y": nn.LayerNorm(x.shape[-1])(x).detach()}
+            "y": x * 0.5}
 
 
 @pytest.mark.layernorm
 def test_benchmark_verdicts(capsys):
-    want = _out(1)["y"]
+    want = _input(NORM_SHAPE) * 0.5
     _judge(_out(3.0), want, "LayerNorm", "torch.nn.LayerNorm")
     assert "the limit is" in capsys.readouterr().out
     with pytest.raises(CheckFailed, match="Python loop"):

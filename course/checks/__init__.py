@@ -21,7 +21,9 @@ nothing a submission does can change a verdict. Both paths go through :func:`col
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -121,7 +123,10 @@ def collect(check: Check, ns: dict) -> dict:
         return {"ok": False, "error": "NameError", "where": "",
                 "message": f"{', '.join(missing)} is not defined: run the cell that defines it first"}
     try:
-        with OpRecorder(active=bool(check.forbidden_ops)) as rec:
+        # the student's prints and warnings stay out of the test cell: stock nbgrader scores a
+        # grade cell with any stderr output as zero
+        with OpRecorder(active=bool(check.forbidden_ops)) as rec, \
+                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             out = check.probe(ns)
         return {"ok": True, "out": wire.encode(out), "ops": sorted(rec.seen & check.forbidden_ops)}
     except CheckFailed as e:  # a probe may fail early, e.g. on a wrong output type

@@ -23,20 +23,22 @@ from torch import nn
 from course import bench
 from course.checks import CheckFailed, register
 from course.checks.compare import expect_close, expect_tensor
+from course.checks.normcheck import affine_values, set_params
 from course.checks.ops import NORM_OPS, OpRecorder
 
 #: largest accepted ratio (yours / torch, :func:`robust_ratio`) per check
 LIMITS = {
-    "layernorm_benchmark": 25.0,
-    "rmsnorm_benchmark": 25.0,
+    "layernorm_benchmark": 40.0,
+    "rmsnorm_benchmark": 40.0,
     "residual_benchmark": 10.0,
-    "transformer_block_benchmark": 5.0,
+    "transformer_block_benchmark": 6.0,
 }
 REPEAT = 21
+EXTRA_BATCHES = 2  # of REPEAT rounds each, only when a first ratio is within 2x of the limit
 
 NORM_SHAPE = (4, 256, 128)  # 1024 rows of 128 features, 512 KiB in float32: temporaries stay in cache
 RES_SHAPE, RES_D = (2, 512, 64), 64  # 512 positions: a loop over tokens shows
-TB_SHAPE, TB_H, TB_FF = (4, 128, 32), 4, 64  # small rows: the fixed cost per token of a loop shows
+TB_SHAPE, TB_H, TB_FF = (1, 256, 32), 4, 64  # one sequence of 256 tokens: a loop over tokens shows
 
 LOOP_HINT = {
     "layernorm_benchmark": "is there a Python loop over rows? Compute the statistics of all rows at "
@@ -76,8 +78,13 @@ def _run(grade_id: str, mods: dict, x, student_name: str, forbid=frozenset()) ->
     if device.type == "cpu":
         torch.set_num_threads(1)  # one thread: a busy shared machine then slows every run alike
     try:
-        times = bench.time_interleaved({k: (lambda f=f: f(x)) for k, f in mods.items()},
-                                       repeat=REPEAT, device=device)
+        fns = {k: (lambda f=f: f(x)) for k, f in mods.items()}
+        times = bench.time_interleaved(fns, repeat=REPEAT, device=device)
+        for _ in range(EXTRA_BATCHES):  # near the limit: more rounds, so that both sides get a quiet run
+            if not LIMITS[grade_id] / 2 < robust_ratio(times) < 2 * LIMITS[grade_id]:
+                break
+            more = bench.time_interleaved(fns, repeat=REPEAT, warmup=1, device=device)
+            times = {k: times[k] + more[k] for k in times}
         copy = bench.copy_time(x, repeat=REPEAT)
     finally:
         torch.set_num_threads(threads)
@@ -133,12 +140,22 @@ def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, ato
 
 # --------------------------------------------------------------------------------------------
 
+def _bench_params(name, d):
+    return affine_values(99, d, names=("weight", "bias") if name == "LayerNorm" else ("weight",))
+
+
 def _norm_probe(ns, grade_id, name, assignment, torch_mod, forbid):
     cls = ns[name]
     device = bench.default_device()
     d = NORM_SHAPE[-1]
     x = _input(NORM_SHAPE, 0, device)
-    mods = {"yours": cls(d).to(device), "torch": torch_mod(d).to(device)}
+    mods = {"yours": cls(d), "torch": torch_mod(d)}
+    for m in mods.values():  # seeded weights, as in the other checks: a wrong init costs nothing here
+        try:
+            set_params(m, _bench_params(name, d), name)
+        except CheckFailed:
+            pass  # no weight/bias: the output check below says so
+    mods = {k: m.to(device) for k, m in mods.items()}
     ref = _reference(assignment, name)
     if ref is not None:
         mods["course solution"] = ref(d).to(device)
@@ -155,7 +172,9 @@ class LayerNormBenchmark:
 
     @staticmethod
     def judge(out):
-        want = nn.LayerNorm(NORM_SHAPE[-1])(_input(NORM_SHAPE)).detach()
+        m = nn.LayerNorm(NORM_SHAPE[-1])
+        set_params(m, _bench_params("LayerNorm", NORM_SHAPE[-1]), "LayerNorm")
+        want = m(_input(NORM_SHAPE)).detach()
         _judge(out, want, "LayerNorm", "torch.nn.LayerNorm")
 
 
@@ -170,7 +189,9 @@ class RMSNormBenchmark:
 
     @staticmethod
     def judge(out):
-        want = nn.RMSNorm(NORM_SHAPE[-1], eps=1e-6)(_input(NORM_SHAPE)).detach()
+        m = nn.RMSNorm(NORM_SHAPE[-1], eps=1e-6)
+        set_params(m, _bench_params("RMSNorm", NORM_SHAPE[-1]), "RMSNorm")
+        want = m(_input(NORM_SHAPE)).detach()
         _judge(out, want, "RMSNorm", "torch.nn.RMSNorm")
 
 
