@@ -98,6 +98,37 @@ def build(all_pages: bool = False) -> int:
     return 0
 
 
+def tests_table(notebook: str | Path) -> str:
+    """A Markdown table of a student notebook's graded test cells, for the exercise pages.
+
+    Read from the notebook itself when the book is built, so the page always lists what the
+    notebook tests: grade id, points, the cell's one-line docstring, and whether the test is
+    visible in the notebook or hidden (run only when the submission is graded).
+    """
+    import ast
+    import json
+
+    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+    rows, total = [], 0.0
+    for cell in nb["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if not meta.get("grade") or cell.get("cell_type") != "code":
+            continue
+        src = "".join(cell["source"])
+        try:
+            doc = ast.get_docstring(ast.parse(src)) or ""
+        except SyntaxError:
+            doc = ""
+        visible = "run(" in src
+        points = float(meta.get("points", 0))
+        total += points
+        doc = doc.strip().replace("|", "\\|") or "-"
+        rows.append(f"| `{meta.get('grade_id', '?')}` | {points:g} | {doc} | "
+                    f"{'in the notebook' if visible else 'hidden, at grading'} |")
+    head = ["| test (grade id) | points | what it checks | when it runs |", "|---|---|---|---|"]
+    return "\n".join(head + rows + [f"| **total** | **{total:g}** | | |"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m course.book", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
