@@ -176,3 +176,22 @@ def run(grade_id: str, ns: dict) -> None:
         warnings.simplefilter("ignore")
         verdict(check, record)
     print(f"passed {grade_id}: {check.doc}")
+
+
+def smoke(call: Callable[[], Any]) -> None:
+    """The visible half of a hidden test: the student's code must at least run on a small input.
+
+    The hidden half (``run``) checks the values; this half makes the released notebook's cell fail
+    on an unfinished stub (so ``nbgrader validate --invert`` holds) and tells a student early that
+    something the hidden tests use still raises. Prints and warnings stay out of the cell, as in
+    :func:`collect`.
+    """
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            call()
+    except BaseException as e:  # noqa: BLE001 -- student code may raise anything
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        record = {"ok": False, "error": type(e).__name__, "message": str(e)[:2000],
+                  "where": _student_frame(e.__traceback__)}
+        raise CheckFailed(explain_error(record)) from None
