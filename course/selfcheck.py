@@ -56,6 +56,17 @@ def _runs_something(source: str) -> bool:
     return bool(body)
 
 
+def _only_smoke(source: str) -> bool:
+    """Is the cell's code only ``smoke(...)`` calls: the visible half of a hidden test?"""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    calls = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    return bool(calls) and all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                               and getattr(n.value.func, "id", None) == "smoke" for n in calls)
+
+
 def _error_text(outputs) -> str | None:
     for out in outputs:
         if out.get("output_type") == "error":
@@ -86,6 +97,12 @@ def results(nb) -> list[Result]:
         doc = _doc(cell.source)
         if HIDDEN not in cell.source and not _runs_something(cell.source):
             out.append(Result(gid, doc, pts, "HIDDEN"))
+            continue
+        if HIDDEN not in cell.source and _only_smoke(cell.source):
+            # a hidden test whose visible half only runs the code: its values are checked when graded
+            err = _error_text(cell.get("outputs", []))
+            out.append(Result(gid, doc, pts, "FAIL", f"(hidden test) your code must at least run: {err}")
+                       if err else Result(gid, doc, pts, "HIDDEN"))
             continue
         if cell.get("execution_count") is None and not cell.get("outputs"):
             out.append(Result(gid, doc, pts, "NOT RUN", "the cell did not run"))

@@ -5,8 +5,10 @@ earns full marks."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import nbformat
 import pytest
@@ -29,38 +31,53 @@ def _kernelspec(fx) -> str | None:
 ASSIGNMENTS = assignments()
 
 
+def _build_class(submitted, assignment):
+    """A solution, a stub, every wrong and every right version of one assignment."""
+    src = next((ROOT / "solutions" / assignment).glob("*.ipynb"))
+    (submitted / "solution" / assignment).mkdir(parents=True)
+    shutil.copy(src, submitted / "solution" / assignment / src.name)
+    rel = next((ROOT / "exercises" / assignment).glob("*.ipynb"))
+    (submitted / "stub" / assignment).mkdir(parents=True)
+    shutil.copy(rel, submitted / "stub" / assignment / rel.name)
+    for fx in FIXTURES:
+        if fx.assignment == assignment:
+            name, nb = submission_from_code(fx.assignment, fx.code)
+            write_submission(submitted, f"wrong-{fx.name}", fx.assignment, name, nb)
+    for fx in RIGHT_FIXTURES:
+        if fx.assignment == assignment:
+            name, nb = submission_from_code(fx.assignment, fx.code)
+            if _kernelspec(fx):
+                nb.metadata["kernelspec"] = {"name": _kernelspec(fx), "display_name": _kernelspec(fx),
+                                             "language": "python"}
+            write_submission(submitted, f"right-{fx.name}", fx.assignment, name, nb)
+
+
 @pytest.fixture(scope="session")
 def graded(tmp_path_factory):
-    """One nbgrader run over a class: a solution, a stub, every wrong and every right version."""
+    """Real nbgrader over the whole class: one course directory per assignment, graded side by
+    side (nbgrader grades one notebook at a time; this machine has more than one core)."""
     tmp = tmp_path_factory.mktemp("nbgrader_class")
-    submitted = tmp / "submitted"
-    for a in ASSIGNMENTS:
-        src = next((ROOT / "solutions" / a).glob("*.ipynb"))
-        dst = submitted / "solution" / a / src.name
-        dst.parent.mkdir(parents=True)
-        shutil.copy(src, dst)
-        rel = next((ROOT / "exercises" / a).glob("*.ipynb"))
-        (submitted / "stub" / a).mkdir(parents=True)
-        shutil.copy(rel, submitted / "stub" / a / rel.name)
-    for fx in FIXTURES:
-        name, nb = submission_from_code(fx.assignment, fx.code)
-        write_submission(submitted, f"wrong-{fx.name}", fx.assignment, name, nb)
-    for fx in RIGHT_FIXTURES:
-        name, nb = submission_from_code(fx.assignment, fx.code)
-        if _kernelspec(fx):
-            nb.metadata["kernelspec"] = {"name": _kernelspec(fx), "display_name": _kernelspec(fx),
-                                         "language": "python"}
-        write_submission(submitted, f"right-{fx.name}", fx.assignment, name, nb)
-    scores = autograde_stock(submitted, tmp / "work")
-    return scores, tmp / "work" / "course"
+
+    def grade(assignment):
+        submitted = tmp / assignment / "submitted"
+        _build_class(submitted, assignment)
+        return autograde_stock(submitted, tmp / assignment / "work", only=[assignment])
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = dict(zip(ASSIGNMENTS, pool.map(grade, ASSIGNMENTS)))
+    scores = {}
+    for res in results.values():
+        scores.update({k: v for k, v in res.items() if k != "_timings"})
+    courses = {a: tmp / a / "work" / "course" for a in ASSIGNMENTS}
+    return scores, courses
 
 
 def _total(row):
     return sum(s for s, _ in row.values()), sum(m for _, m in row.values())
 
 
-def _cell_output(course, student, assignment, grade_id) -> str:
-    nb_path = next((course / "autograded" / student / assignment).glob("*.ipynb"))
+def _cell_output(courses, student, assignment, grade_id) -> str:
+    nb_path = next((courses[assignment] / "autograded" / student / assignment).glob("*.ipynb"))
     nb = nbformat.read(nb_path, as_version=4)
     for cell in nb.cells:
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
@@ -89,7 +106,7 @@ def test_released_stub_earns_zero(graded, assignment):
 @pytest.mark.slow
 @pytest.mark.parametrize("fx", FIXTURES, ids=[f"{f.assignment}/{f.name}" for f in FIXTURES])
 def test_wrong_version_loses_its_points(graded, fx):
-    scores, course = graded
+    scores, courses = graded
     row = scores[(f"wrong-{fx.name}", fx.assignment)]
     assert fx.loses, f"{fx.path.name} names no test it must lose (a 'loses:' line)"
     for gid in fx.loses:
@@ -98,7 +115,7 @@ def test_wrong_version_loses_its_points(graded, fx):
     got, out_of = _total(row)
     assert got < out_of
     if fx.message:
-        text = _cell_output(course, f"wrong-{fx.name}", fx.assignment, fx.loses[0])
+        text = _cell_output(courses, f"wrong-{fx.name}", fx.assignment, fx.loses[0])
         assert fx.message in text, (
             f"{fx.path.name}: the failing test {fx.loses[0]} should say {fx.message!r}; it said: {text[:800]}")
 
