@@ -79,6 +79,12 @@ def check_no_cdn(html_dir: Path = HTML) -> list[str]:
 
 def build(all_pages: bool = False) -> int:
     ensure_mathjax()
+    # Sphinx re-reads only changed pages, so a warning from an unchanged page would not come
+    # back on the next build and that build would pass. After a failed build, re-read every
+    # page (notebook results still come from the cache, so this costs seconds, not minutes).
+    failed_marker = ROOT / "_build" / ".last-build-failed"
+    if failed_marker.exists():
+        all_pages = True
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(ROOT),
            "--warningiserror", "--keep-going"]
@@ -87,15 +93,20 @@ def build(all_pages: bool = False) -> int:
     t0 = time.monotonic()
     rc = subprocess.run(cmd, cwd=ROOT).returncode
     print(f"course.book: jupyter-book finished in {time.monotonic() - t0:.1f} s (exit {rc})", flush=True)
-    if rc != 0:
+    if rc == 0:
+        bad = check_no_cdn()
+        if bad:
+            print(f"course.book: pages still reference the MathJax CDN: {bad}", file=sys.stderr)
+            rc = 1
+    else:
         print("course.book: the build failed or had warnings (they are errors here); see above",
               file=sys.stderr)
-        return rc
-    bad = check_no_cdn()
-    if bad:
-        print(f"course.book: pages still reference the MathJax CDN: {bad}", file=sys.stderr)
-        return 1
-    return 0
+    if rc != 0:
+        failed_marker.parent.mkdir(parents=True, exist_ok=True)
+        failed_marker.write_text("the last build failed: the next one re-reads every page\n")
+    else:
+        failed_marker.unlink(missing_ok=True)
+    return rc
 
 
 def tests_table(notebook: str | Path) -> str:
