@@ -152,6 +152,19 @@ def test_no_external_requests(reports, site, page):
     assert not outside, f"{page}: requests left the machine: {outside}"
 
 
+@pytest.mark.parametrize("page", PAGES)
+def test_local_requests_found(reports, site, page):
+    """Every file the page asked the local server for (MathJax's fonts and extensions included) exists."""
+    missing = []
+    for url in reports[page]["requests"]:
+        if not url.startswith(site + "/"):
+            continue
+        path = HTML / unquote(urlparse(url).path).lstrip("/")
+        if not (path.is_file() or (path.is_dir() and (path / "index.html").is_file())):
+            missing.append(url)
+    assert not missing, f"{page}: requests for files that are not in the site: {missing}"
+
+
 @functools.lru_cache(maxsize=None)
 def _ids(path: Path) -> frozenset:
     text = path.read_text(encoding="utf-8", errors="replace")
