@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
 
-.PHONY: venv system book test grade exercises check bench-grade clean
+.PHONY: venv system npm book test grade exercises check bench-grade clean
 
 # The virtual environment, rebuilt when requirements.txt or pyproject.toml change.
 $(STAMP): requirements.txt pyproject.toml
@@ -30,7 +30,14 @@ system:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-book: venv
+# npm installs MathJax for the book (served from the built site, never from a CDN).
+npm:
+	@command -v npm >/dev/null || { \
+	  echo "installing Debian packages: npm"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq npm >/dev/null; }
+
+book: venv npm
 	$(PY) -m course.book build
 
 # exercises/ is generated: never edit it by hand, edit solutions/ and run this.
