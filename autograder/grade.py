@@ -26,6 +26,7 @@ from pathlib import Path
 
 from autograder import plan as planmod
 from autograder.ingest import Catalog, Entry, discover
+from autograder.outside import session
 from autograder.sandbox import HARNESS_IN, Limits, run_sandboxed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,22 +93,26 @@ def _check(grade_id):
 _JUDGE_LOCK = threading.Lock()  # judges print (the benchmark's table): one at a time, output captured
 
 
-def _benchmark_detail(record: dict, grade_id: str) -> dict:
-    """The benchmark's numbers for the feedback and the report (from the probe: see the README)."""
-    from course.checks import wire
-    try:
-        from course.checks.benchmark import LIMITS, robust_ratio
-        out = wire.decode(record["out"])
-        times = out["times"]
-        return {"ratio": round(float(robust_ratio(times)), 3), "limit": LIMITS.get(grade_id),
-                "device": str(out.get("device", ""))[:60],
-                **{f"median s/call ({k})": f"{sorted(v)[len(v) // 2]:.3g}" for k, v in times.items()}}
-    except Exception:  # noqa: BLE001 -- no usable numbers: the verdict says why
-        return {}
+def _served_detail(m: dict) -> dict:
+    """The benchmark's numbers for the feedback and the report, all measured in this process."""
+    from course.checks.benchmark import LIMITS, robust_ratio
+    t = m["times"]
+    return {"ratio": round(float(robust_ratio(t)), 3), "limit": LIMITS.get(m["grade_id"]),
+            "device": "cpu, 1 thread, timed by the grader", "rounds": m["rounds"],
+            "calls per round (yours, torch)": f"{m['k']}, {m['k_torch']}",
+            "pipe allowance s/round": f"{m['allowance']:.3g}",
+            **{f"median s/call ({k})": f"{sorted(v)[len(v) // 2]:.3g}" for k, v in t.items() if v}}
 
 
-def judge_records(tests: list[planmod.Test], out: Path, code: list[str]) -> list[TestResult]:
-    """The verdict on each test, from the records in ``out`` (trusted side)."""
+def judge_records(tests: list[planmod.Test], out: Path, code: list[str],
+                  served: dict | None = None) -> list[TestResult]:
+    """The verdict on each test, from the records in ``out`` (trusted side).
+
+    ``served``: the benchmarks timed from here (:mod:`autograder.outside`), by test index. A
+    benchmark passes only on those measurements; its record from the sandbox can only fail it
+    (the student's module could not be built).
+    """
+    served = served or {}
     from course.checks import CheckFailed, verdict, wire
 
     results = []
@@ -130,12 +135,22 @@ def judge_records(tests: list[planmod.Test], out: Path, code: list[str]) -> list
                             f"your code uses {', '.join(seen)}. This exercise asks you to compute the "
                             "normalization yourself from the formula, so implementation checks give no "
                             "points for torch's built-in (or for code that looks names up dynamically).")
-                if t.grade_id.endswith("_benchmark") and record.get("ok"):
-                    detail = _benchmark_detail(record, t.grade_id)
+                bench = t.grade_id.endswith("_benchmark")
+                if bench and record.get("ok"):
+                    m = served.get(t.index)
+                    if not isinstance(m, dict):
+                        raise CheckFailed(m if isinstance(m, str) else
+                                          "the benchmark did not run (the grader times it from outside "
+                                          "your notebook, and no measurement came back)")
+                    detail = _served_detail(m)
                 buf = io.StringIO()
                 with _JUDGE_LOCK, contextlib.redirect_stdout(buf):
                     try:
-                        verdict(check, record)
+                        if bench and record.get("ok"):
+                            from course.checks.benchmark import served_report
+                            served_report(served[t.index])
+                        else:
+                            verdict(check, record)
                     finally:
                         if t.grade_id.endswith("_benchmark"):
                             detail["report"] = buf.getvalue()[-3000:]
@@ -193,21 +208,37 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.notes.extend(plan.notes)
 
     block = sorted(set().union(*[c.forbidden_ops for c in map(_check, [t.grade_id for t in tests]) if c]))
-    job = {"steps": plan.steps, "cell_s": limits.cell_s, "block_ops": block}
+    # The benchmark is timed from here, over a pipe (autograder/outside.py): the harness gets the
+    # write end of a reply pipe and answers this process's requests on its job pipe.
+    reply_r, reply_w = os.pipe()
+    served: dict = {}
+    job = {"steps": plan.steps, "cell_s": limits.cell_s, "block_ops": block, "serve_fd": reply_w}
+
+    def on_start(proc):
+        os.close(reply_w)  # only the sandbox holds the write end now: its exit means end-of-file
+        closed.append(reply_w)
+        session(proc.stdin, reply_r, served, limits.wall_s)
+
+    closed: list = []
     box = Path(tempfile.mkdtemp(prefix="sub-", dir=scratch))
     try:
         work, out = box / "work", box / "out"
         work.mkdir(), out.mkdir()
         res = run_sandboxed(["python", HARNESS_IN], work=work, out=out, limits=limits, sandbox=sandbox,
-                            stdin_data=(json.dumps(job) + "\n").encode(), course_dir=course.root / "course")
+                            stdin_data=(json.dumps(job) + "\n").encode(), course_dir=course.root / "course",
+                            on_start=on_start, pass_fds=(reply_w,))
         o.wall_s = res.wall_s
         o.output_tail = res.output[-4000:]
         events = _read_log(out / "log.jsonl")
         o.cell_errors = [{"label": str(e.get("label", ""))[:80], "error": str(e.get("error"))[:600]}
                          for e in events if e.get("event") == "cell" and e.get("error")][:50]
         done = any(e.get("event") == "done" for e in events)
-        o.tests = judge_records(tests, out, plan.student_code)
+        o.tests = judge_records(tests, out, plan.student_code, served)
     finally:
+        for fd in (reply_r, reply_w):
+            if fd not in closed:
+                os.close(fd)
+                closed.append(fd)
         shutil.rmtree(box, ignore_errors=True)
     o.score = sum(t.points for t in o.tests)
     if res.timed_out:

@@ -156,11 +156,12 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def run_sandboxed(cmd: list[str], *, work: Path, out: Path, limits: Limits, sandbox: bool = True,
                   stdin_data: bytes = b"", course_dir: Path = ROOT / "course",
-                  on_start=None, output_cap: int = 64 << 10) -> Result:
+                  on_start=None, output_cap: int = 64 << 10, pass_fds: tuple = ()) -> Result:
     """Run ``cmd`` (paths as seen inside) in a fresh sandbox; return when it and its children are gone.
 
     ``on_start(proc)`` (optional) runs in the calling thread after the job was written to stdin and
     may talk to the process over its pipes (the benchmark protocol); the wall clock runs meanwhile.
+    ``pass_fds``: descriptors the process inherits under the same numbers (the benchmark's reply pipe).
     """
     work, out = Path(work), Path(out)
     if sandbox:
@@ -177,7 +178,7 @@ def run_sandboxed(cmd: list[str], *, work: Path, out: Path, limits: Limits, sand
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=str(work), env=env, close_fds=True,
+                                cwd=str(work), env=env, close_fds=True, pass_fds=tuple(pass_fds),
                                 preexec_fn=_preexec(limits, _user_process_count()))
         fired = []
 

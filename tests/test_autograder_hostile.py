@@ -187,3 +187,38 @@ def test_gradebook_export_matches_grades_csv(graded, tmp_path):
     for sid, r in graded["rows"].items():
         if r["assignment"] == ASSIGNMENT:
             assert exported[(sid, ASSIGNMENT)] == float(r["score"]), sid
+
+
+CLOCK_CHEATS = ("patch_clock", "cache_outputs")
+
+
+def test_benchmark_is_decided_by_the_graders_clock(graded):
+    """A per-row loop that patches the clocks, or caches outputs by input, loses the benchmark;
+    the reference keeps it. The ratio and the message come from the grader's own timing."""
+    res = graded["results"]
+    bench = lambda sid: next(t for t in res[sid]["tests"] if t["grade_id"] == "layernorm_benchmark")  # noqa: E731
+    ok = bench("solution")
+    assert ok["passed"] and "timed by the grader" in ok["detail"]["report"], ok
+    assert ok["detail"]["ratio"] < ok["detail"]["limit"]
+    for name in CLOCK_CHEATS:
+        t = bench(f"hostile-{name}")
+        assert not t["passed"] and t["points"] == 0, (name, t)
+        assert "the time of torch.nn.LayerNorm" in t["message"], (name, t["message"])  # slow, not wrong
+        assert t["detail"]["ratio"] > t["detail"]["limit"], (name, t["detail"])
+
+
+@pytest.mark.parametrize("name", CLOCK_CHEATS)
+def test_clock_cheats_do_fool_an_in_process_benchmark(name):
+    """The fixtures are real attacks: the notebook's own benchmark (timed in the student's process,
+    as with stock nbgrader) passes them. Run in a subprocess: the fixture patches the clocks."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'tests')!r})
+from pathlib import Path
+from notebook_ns import code_ns, outcome
+ns = code_ns("01_layernorm", Path({str(ROOT / 'tests' / 'fixtures' / 'hostile' / (name + '.py'))!r}).read_text())
+print("RESULT", outcome("layernorm_benchmark", ns) or "passed")
+"""
+    env = dict(venv_env(), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert "RESULT passed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]

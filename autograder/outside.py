@@ -1,0 +1,245 @@
+"""The benchmark, timed from outside the submission's process (the grader holds the clock).
+
+When the harness reaches a benchmark cell it builds the student's module, says ``ready`` on the
+reply pipe and waits for requests on its job pipe (``harness._serve``). Here, in the grader:
+
+1. ``ping`` a few times (build the input, send back zeros of the output's shape): the cost of a
+   round trip without the student's work. The allowance taken off each round is the fastest
+   ping, capped at twice what building and shipping the same data costs in this process plus
+   1 ms and at half the round, so a submission that slows its pings down gains nothing worth
+   having. The number of calls per round ``k`` comes from the time of 1 and of 5 calls on fresh
+   inputs (the slope, free of the round trip), so that a round lasts about ``TARGET_S``;
+2. rounds: a fresh seed from :mod:`secrets` each round, unknown in advance. This process builds
+   the same input from the seed, times torch's own module on it (``k_torch`` calls, one thread),
+   and, interleaved (who goes first alternates), sends ``run`` with the seed and ``k`` and
+   stops its clock when the reply arrives. The ``k`` calls are chained (each call's input is the
+   previous call's output), and the last output is checked against the same chain computed by
+   torch's module from that seed: no work can be skipped or cached, and a wrong output fails the
+   benchmark;
+3. the result (seconds per call per round, both sides measured here) goes to
+   :func:`course.checks.benchmark.served_report`, which applies the same
+   :data:`~course.checks.benchmark.LIMITS` as the notebook's own benchmark.
+
+Patching the clock, ``torch.cuda.Event`` or ``course.bench`` inside the sandbox changes nothing:
+no time measured there is used.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import statistics
+import struct
+import time
+
+TARGET_S = 0.05  # one round of the student's calls lasts about this long (torch's: a fifth of it)
+MAX_K = 200  # calls per round; chained, so values stay well within the tolerance
+ROUNDS = 9
+EXTRA_ROUNDS = 9  # once, when the ratio is within 2x of the limit
+PINGS = 5
+TOL = 5e-3  # chained calls amplify rounding differences a little (measured: under 5e-5 at 200 calls)
+BUDGET_S = 120.0  # the whole benchmark, after which it is judged on the rounds it has (at least 3)
+REPLY_S = 60.0  # one reply
+
+
+class Closed(Exception):
+    """The harness went away (exit, crash, time limit) or broke the protocol."""
+
+
+class Channel:
+    """Frames from the harness's reply pipe, read with deadlines and size limits."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf = fd, b""
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            r, _, _ = select.select([self.fd], [], [], min(left, 5.0))
+            if not r:
+                continue
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                raise Closed("the notebook's process closed the pipe")
+            self.buf += chunk
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def recv(self, timeout: float):
+        from course.checks.benchmark import FRAME_MAX, unpack_frame
+
+        deadline = time.monotonic() + timeout
+        nh, nb = struct.unpack("<II", self._read(8, deadline))
+        if nh > 1 << 20 or nb > FRAME_MAX:
+            raise Closed("an oversized message came back")
+        head = self._read(nh, deadline)
+        body = self._read(nb, deadline)
+        try:
+            return unpack_frame(head, body)
+        except Exception as e:  # noqa: BLE001 -- anything odd from the sandbox: a protocol error
+            raise Closed(f"a malformed message came back ({type(e).__name__})") from None
+
+
+def _send(stdin, obj) -> None:
+    try:
+        stdin.write((json.dumps(obj) + "\n").encode())
+        stdin.flush()
+    except (BrokenPipeError, OSError, ValueError):
+        raise Closed("the notebook's process is gone") from None
+
+
+def session(stdin, fd: int, results: dict, wall_s: float) -> None:
+    """``run_sandboxed``'s ``on_start``: answer every ``ready`` until the harness closes the pipe.
+
+    ``results[test index]``: the measurements (a dict for :func:`served_report`) or a message
+    saying why the benchmark failed (str).
+    """
+    ch = Channel(fd)
+    while True:
+        try:
+            msg = ch.recv(wall_s)
+        except (Closed, TimeoutError, struct.error):
+            return
+        if not (isinstance(msg, dict) and msg.get("event") == "ready" and isinstance(msg.get("index"), int)):
+            continue  # not a message of the protocol (or no longer in sync): ignored
+        if not msg.get("ok"):
+            continue  # the build failed: the harness's record says why
+        try:
+            results[msg["index"]] = measure(str(msg.get("grade_id")), stdin, ch)
+        except Closed as e:
+            results[msg["index"]] = f"the benchmark could not finish: {e}"
+            return
+        try:
+            _send(stdin, {"op": "end"})
+        except Closed:
+            return
+
+
+def _local(fn, x, k: int):
+    """Seconds per call of ``k`` chained calls ``y = fn(y)`` from ``x`` in this process, and the last ``y``."""
+    y = x
+    t0 = time.perf_counter()
+    for _ in range(k):
+        y = fn(y)
+    return (time.perf_counter() - t0) / k, y
+
+
+def _next_k(k: int, t: float, best_per_call: float) -> int:
+    """Calls in the next round: a round of about TARGET_S by the best time per call so far, and at
+    least twice as many when this round was short (then the round trip weighed too much in it)."""
+    want = int(TARGET_S / max(best_per_call, 1e-7))
+    if t < TARGET_S / 2:
+        want = max(want, 2 * k)
+    return max(1, min(MAX_K, want))
+
+
+def measure(gid: str, stdin, ch: Channel):
+    """One benchmark's rounds (see the module docstring); a dict, or a str saying what failed."""
+    import torch
+
+    from course import bench
+    from course.checks import CheckFailed
+    from course.checks.benchmark import LIMITS, SERVED, pack_frame, robust_ratio, unpack_frame
+    from course.checks.compare import expect_close, expect_tensor
+
+    spec = SERVED.get(gid)
+    if spec is None:
+        return f"the grader has no served benchmark {gid!r}"
+    torch.set_num_threads(1)  # like the sandbox: one thread (OMP_NUM_THREADS=1 there)
+    t_start = time.monotonic()
+    with torch.no_grad():
+        mods = {"torch": spec.torch_module()}
+        try:
+            from course.solutions import load_reference
+            ns = load_reference(spec.assignment)
+            if ns:
+                mods["course solution"] = spec.build(ns)
+        except Exception:  # noqa: BLE001 -- the course solution column is optional
+            pass
+
+        def ask(req):
+            t0 = time.perf_counter()
+            _send(stdin, req)
+            try:
+                rep = ch.recv(REPLY_S)
+            except TimeoutError:
+                raise Closed(f"no reply within {REPLY_S:g} s") from None
+            return time.perf_counter() - t0, rep
+
+        def student(seed, k, want):
+            t, rep = ask({"op": "run", "seed": seed, "k": k})
+            if not isinstance(rep, dict) or "y" not in rep:
+                err = rep.get("error") if isinstance(rep, dict) else None
+                raise CheckFailed(f"your {spec.name} raised {err}" if err else "no output came back")
+            y = expect_tensor(rep["y"], spec.name)
+            expect_close(y, want, what=f"{spec.name} on the benchmark's input (a fresh random input each round)",
+                         atol=TOL, rtol=TOL, check_dtype=False)
+            return t
+
+        try:
+            # the pipe's cost: measured, and capped by what the same work costs here
+            x0 = spec.x(secrets.randbits(31))
+            shape = tuple(mods["torch"](x0).shape)
+            est = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                xx = spec.x(secrets.randbits(31))
+                f = pack_frame({"y": torch.zeros(shape)})
+                unpack_frame(f[8:8 + struct.unpack("<II", f[:8])[0]], f[8 + struct.unpack("<II", f[:8])[0]:])
+                est.append(time.perf_counter() - t0)
+                del xx
+            pings = [ask({"op": "ping", "seed": secrets.randbits(31)})[0] for _ in range(PINGS)]
+            # the fastest ping: load only adds time, and rounds are compared fastest against fastest
+            allowance = min(min(pings), 2 * min(est) + 1e-3)
+
+            def per_call(t, k):  # the allowance never takes more than half a round
+                return max(t - allowance, t / 2) / k
+
+            # calibration: how many calls make a round of about TARGET_S on each side
+            seed = secrets.randbits(31)
+            x = spec.x(seed)
+            k_local = {}
+            for name, m in mods.items():
+                _local(m, x, 2)
+                one, _ = _local(m, x, 1)
+                k_local[name] = max(1, min(MAX_K, int(TARGET_S / 5 / max(one, 1e-7))))
+            t1 = student(seed, 1, mods["torch"](x))
+            seed = secrets.randbits(31)
+            x = spec.x(seed)
+            t5 = student(seed, 5, _local(mods["torch"], x, 5)[1])
+            # the slope of 1 -> 5 calls is free of the round trip's cost (a hiccup in either: the other)
+            one = min((t5 - t1) / 4 if t5 > t1 else float("inf"), per_call(t5, 5))
+            k = max(1, min(MAX_K, int(TARGET_S / max(one, 1e-7))))
+
+            times = {"yours": [], **{n: [] for n in mods}}
+            ks = [k]  # calls per round, adapted after each round
+
+            def rounds(n):
+                for r in range(n):
+                    if len(times["yours"]) >= 3 and time.monotonic() - t_start > BUDGET_S:
+                        return
+                    seed = secrets.randbits(31)
+                    x = spec.x(seed)
+                    order = ["yours", *mods] if r % 2 else [*mods, "yours"]
+                    k = ks[-1]
+                    want = _local(mods["torch"], x, k)[1]  # the student's k chained calls, by torch
+                    for name in order:
+                        if name == "yours":
+                            t = student(seed, k, want)
+                            times["yours"].append(per_call(t, k))
+                            ks.append(_next_k(k, t, min(times["yours"])))
+                        else:
+                            times[name].append(_local(mods[name], x, k_local[name])[0])
+
+            rounds(ROUNDS)
+            if LIMITS[gid] / 2 < robust_ratio(times) < 2 * LIMITS[gid]:
+                rounds(EXTRA_ROUNDS)
+            copy = bench.copy_time(x, repeat=5)
+        except CheckFailed as e:
+            return str(e)
+    return {"grade_id": gid, "times": times, "bytes": x.numel() * x.element_size(), "copy": copy,
+            "allowance": allowance, "ping_s": statistics.median(pings), "k": ks[-1], "k_torch": k_local["torch"],
+            "rounds": len(times["yours"])}
