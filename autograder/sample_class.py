@@ -24,14 +24,36 @@ from course.release import ROOT, assignments, differences
 DEST = Path(__file__).resolve().parent / "sample_class"
 
 
-def _wrong(a: str, i: int = 0):
-    paths = sorted((FIXTURES / "wrong" / a).glob("*.py"))
-    return read_fixture(paths[i % len(paths)]).code if paths else None
+#: which fixture each student hands in, by file name (tests/fixtures/<kind>/<assignment>/<name>.py):
+#: adding or renaming other fixtures never changes the sample class
+PICKS = {
+    "cho_buggy": ("wrong", {"01_layernorm": "unbiased_variance", "02_rmsnorm": "mean_subtracted",
+                            "03_residual": "post_norm_when_pre_asked", "04_transformer_block": "masks_ignored"}),
+    "dan_buggy": ("wrong", {"01_layernorm": "per_row_loop", "02_rmsnorm": "eps_hard_coded",
+                            "03_residual": "per_token_python_loop",
+                            "04_transformer_block": "dropout_active_in_eval"}),
+    "ben_partial": ("wrong", {"02_rmsnorm": "computes_in_fp16"}),
+    "eve_cheats": ("wrong", {"02_rmsnorm": "calls_F_rms_norm"}),  # calls torch's built-in RMSNorm
+    "hal_unusual": ("right", {"01_layernorm": "var_rsqrt_noisy", "02_rmsnorm": "norm_based_noisy",
+                              "03_residual": "separate_classes", "04_transformer_block": "residual_block_reuse"}),
+}
 
 
-def _right(a: str):
-    paths = sorted((FIXTURES / "right" / a).glob("*.py"))
-    return read_fixture(paths[0]).code if paths else None
+class MissingFixture(LookupError):
+    """A fixture the sample class names is not there."""
+
+
+def pick(student: str, a: str) -> str:
+    """The code of the fixture ``student`` hands in for assignment ``a`` (see :data:`PICKS`)."""
+    kind, names = PICKS[student]
+    if a not in names:
+        raise MissingFixture(f"autograder/sample_class.py: PICKS[{student!r}] names no fixture for {a}")
+    path = FIXTURES / kind / a / f"{names[a]}.py"
+    if not path.is_file():
+        have = ", ".join(sorted(p.stem for p in path.parent.glob("*.py"))) or "none"
+        raise MissingFixture(f"autograder/sample_class.py: {student} hands in {path.relative_to(FIXTURES.parent.parent)}, "
+                             f"which does not exist (fixtures there: {have}); restore it or change PICKS")
+    return read_fixture(path).code
 
 
 def build(dest: Path, root: Path = ROOT) -> None:
@@ -48,15 +70,15 @@ def build(dest: Path, root: Path = ROOT) -> None:
 
     for a in A:
         put("ada_complete", a, sol[a])  # everything right
-        put("cho_buggy", a, code(a, _wrong(a, 0)))  # one classic mistake per assignment
-        put("dan_buggy", a, code(a, _wrong(a, 3)))
-        put("hal_unusual", a, code(a, _right(a)) if _right(a) else sol[a])
+        put("cho_buggy", a, code(a, pick("cho_buggy", a)))  # one classic mistake per assignment
+        put("dan_buggy", a, code(a, pick("dan_buggy", a)))  # another (slow but correct in two of them)
+        put("hal_unusual", a, code(a, pick("hal_unusual", a)))  # correct but unusual: full marks
     put("ben_partial", A[0], sol[A[0]])  # first two done, third untouched, fourth missing
-    put("ben_partial", A[1], code(A[1], _wrong(A[1], 1)))
+    put("ben_partial", A[1], code(A[1], pick("ben_partial", A[1])))
     put("ben_partial", A[2], copy.deepcopy(rel[A[2]]))
     cheat = read_code_fixture(FIXTURES / "hostile" / "patch_checks.py")["code"]
     put("eve_cheats", A[0], code(A[0], cheat))  # patches the checks: scores 0
-    put("eve_cheats", A[1], code(A[1], _wrong(A[1], 0)))  # calls torch's built-in RMSNorm
+    put("eve_cheats", A[1], code(A[1], pick("eve_cheats", A[1])))  # calls torch's built-in RMSNorm
     put("fay_broken", A[0], json.dumps(sol[A[0]]).encode()[:5000])  # truncated upload
     put("fay_broken", A[1], b"")  # empty file
     old = copy.deepcopy(sol[A[2]])  # old nbformat 3, graded normally

@@ -113,3 +113,14 @@ def test_sample_class_is_in_sync():
     """autograder/sample_class/ is exactly what `python -m autograder.sample_class` generates."""
     from autograder.sample_class import main
     assert main(["--check"]) == 0
+
+
+def test_sample_class_picks_fixtures_by_name(monkeypatch):
+    """The sample class names its fixtures; a missing one is a clear error, not another fixture."""
+    import autograder.sample_class as sc
+    assert "RMSNorm" in sc.pick("eve_cheats", "02_rmsnorm") and "rms_norm" in sc.pick("eve_cheats", "02_rmsnorm")
+    monkeypatch.setitem(sc.PICKS, "cho_buggy", ("wrong", {"01_layernorm": "no_such_fixture"}))
+    with pytest.raises(sc.MissingFixture, match="no_such_fixture.py, which does not exist"):
+        sc.pick("cho_buggy", "01_layernorm")
+    with pytest.raises(sc.MissingFixture, match="names no fixture for 02_rmsnorm"):
+        sc.pick("cho_buggy", "02_rmsnorm")
