@@ -60,21 +60,22 @@ class Check:
 REGISTRY: dict[str, Check] = {}
 
 
+def register_check(grade_id: str, doc: str, probe: Callable[[dict], Any], judge: Callable[[Any], None], *,
+                   needs: tuple = (), forbidden_ops=()) -> Check:
+    """Register a check from its two halves (e.g. a template that several checks share)."""
+    if grade_id in REGISTRY:
+        raise ValueError(f"check {grade_id!r} registered twice")
+    REGISTRY[grade_id] = Check(grade_id=grade_id, doc=doc, probe=probe, judge=judge,
+                               forbidden_ops=frozenset(forbidden_ops), needs=tuple(needs))
+    return REGISTRY[grade_id]
+
+
 def register(grade_id: str, *, needs: tuple = (), forbidden_ops=()):
     """Class decorator: the class holds ``probe`` and ``judge`` as static methods; its docstring is the doc."""
 
     def deco(cls):
-        if grade_id in REGISTRY:
-            raise ValueError(f"check {grade_id!r} registered twice")
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else grade_id
-        REGISTRY[grade_id] = Check(
-            grade_id=grade_id,
-            doc=doc,
-            probe=cls.probe,
-            judge=cls.judge,
-            forbidden_ops=frozenset(forbidden_ops),
-            needs=tuple(needs),
-        )
+        register_check(grade_id, doc, cls.probe, cls.judge, needs=needs, forbidden_ops=forbidden_ops)
         return cls
 
     return deco

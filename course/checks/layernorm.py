@@ -15,17 +15,13 @@ from torch import nn
 
 from course.checks import CheckFailed, register
 from course.checks.compare import expect_close
-from course.checks.normcheck import (affine_values, call, detached_grad, grads_judge, grads_probe,
-                                     expect_shape_dtype, params_judge, params_probe, randn,
-                                     row_offsets, set_params, student_class, with_hint)
+from course.checks.normcheck import (NormSpec, affine_values, call, detached_grad, expect_shape_dtype,
+                                     randn, register_forward_check, register_gradients_check,
+                                     register_half_precision_check, register_parameters_check,
+                                     set_params, student_class, trailing_dims, with_hint)
 from course.checks.ops import NORM_OPS
 
 NAME = "LayerNorm"
-
-
-def _dims(nshape, ndim=None):
-    n = 1 if isinstance(nshape, int) else len(nshape)
-    return tuple(range(-n, 0))
 
 
 def formula(x, w=None, b=None, eps=1e-5, dims=(-1,), *, ddof=0, eps_outside=False, center=True,
@@ -54,18 +50,10 @@ def formula(x, w=None, b=None, eps=1e-5, dims=(-1,), *, ddof=0, eps_outside=Fals
     return y
 
 
-def torch_ln(nshape, eps, vals, dtype=torch.float32):
-    m = nn.LayerNorm(nshape, eps=eps).to(dtype)
-    with torch.no_grad():
-        for k, v in vals.items():
-            getattr(m, k).copy_(v.to(dtype))
-    return m
-
-
 def suspects(x, vals, eps, nshape) -> dict:
     """What known wrong LayerNorms return on ``x`` (float64)."""
     w, b = vals.get("weight"), vals.get("bias")
-    dims = _dims(nshape)
+    dims = trailing_dims(nshape)
     f = lambda **kw: formula(x, **{"w": w, "b": b, "eps": eps, "dims": dims, **kw})  # noqa: E731
     out = {
         "the variance is unbiased: divide by D, not D-1 (torch.var(..., unbiased=False), or mean((x - mean)**2))": f(ddof=1),
@@ -90,33 +78,7 @@ def suspects(x, vals, eps, nshape) -> dict:
     return out
 
 
-def _forward_probe(ns, cases, dtype=torch.float32):
-    cls = student_class(ns, NAME)
-    outs = []
-    for seed, shape, nshape, eps, xkw in cases:
-        m = cls(nshape) if eps is None else cls(nshape, eps=eps)
-        m = m.to(dtype)
-        set_params(m, affine_values(seed + 1, nshape), NAME)
-        x = _input(seed, shape, xkw, dtype)
-        outs.append(call(m, x, NAME))
-    return outs
-
-
-def _input(seed, shape, xkw, dtype=torch.float32):
-    x = randn(seed, *shape, scale=xkw.get("scale", 1.5)) + row_offsets(seed + 100, shape, xkw.get("spread", 2.0))
-    return x.to(dtype)
-
-
-def _forward_judge(out, cases, dtype=torch.float32, hint=""):
-    for (seed, shape, nshape, eps, xkw), y in zip(cases, out):
-        eps_ = 1e-5 if eps is None else eps
-        vals = affine_values(seed + 1, nshape)
-        x = _input(seed, shape, xkw, dtype)
-        want = torch_ln(nshape, eps_, vals, dtype)(x).detach()
-        args = f"{nshape!r}" + ("" if eps is None else f", eps={eps}")
-        what = f"LayerNorm({args}) on an input of shape {tuple(shape)} ({str(dtype)[6:]})"
-        with_hint(lambda: expect_close(y, want, what=what,
-                                       suspects=suspects(x.double(), vals, eps_, nshape)), hint)
+LN = NormSpec(NAME, nn.LayerNorm, eps=1e-5, spread=2.0, values=affine_values, suspects=suspects)
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,17 +91,10 @@ PARAM_CASES = [
 ]
 
 
-@register("layernorm_parameters", needs=(NAME,))
-class Parameters:
-    """weight (ones) and bias (zeros) of shape normalized_shape, registered like torch.nn.LayerNorm's"""
-
-    @staticmethod
-    def probe(ns):
-        return params_probe(ns, NAME, PARAM_CASES)
-
-    @staticmethod
-    def judge(out):
-        params_judge(out, NAME, PARAM_CASES, nn.LayerNorm, {})
+register_parameters_check(
+    "layernorm_parameters",
+    "weight (ones) and bias (zeros) of shape normalized_shape, registered like torch.nn.LayerNorm's",
+    NAME, PARAM_CASES, nn.LayerNorm, {})
 
 
 MATCH_CASES = [  # seed, input shape, normalized_shape, eps (None: the default), input scale
@@ -150,17 +105,10 @@ MATCH_CASES = [  # seed, input shape, normalized_shape, eps (None: the default),
 ]
 
 
-@register("layernorm_matches_torch", needs=(NAME,), forbidden_ops=NORM_OPS)
-class MatchesTorch:
-    """same output as torch.nn.LayerNorm on random inputs with random weight and bias"""
-
-    @staticmethod
-    def probe(ns):
-        return _forward_probe(ns, MATCH_CASES)
-
-    @staticmethod
-    def judge(out):
-        _forward_judge(out, MATCH_CASES)
+register_forward_check(
+    "layernorm_matches_torch",
+    "same output as torch.nn.LayerNorm on random inputs with random weight and bias",
+    LN, MATCH_CASES)
 
 
 TUPLE_CASES = [
@@ -170,17 +118,10 @@ TUPLE_CASES = [
 ]
 
 
-@register("layernorm_tuple_shape", needs=(NAME,), forbidden_ops=NORM_OPS)
-class TupleShape:
-    """a tuple normalized_shape normalizes over that many trailing dimensions together"""
-
-    @staticmethod
-    def probe(ns):
-        return _forward_probe(ns, TUPLE_CASES)
-
-    @staticmethod
-    def judge(out):
-        _forward_judge(out, TUPLE_CASES)
+register_forward_check(
+    "layernorm_tuple_shape",
+    "a tuple normalized_shape normalizes over that many trailing dimensions together",
+    LN, TUPLE_CASES)
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,8 +167,8 @@ class HardRows:
     def judge(y):
         x = _hard_input()
         vals = affine_values(32, HARD_D)
-        want32 = torch_ln(HARD_D, 1e-5, vals)(x).detach()
-        want64 = torch_ln(HARD_D, 1e-5, vals, torch.float64)(x.double()).detach().float()
+        want32 = LN.torch_module(HARD_D, 1e-5, vals)(x).detach()
+        want64 = LN.torch_module(HARD_D, 1e-5, vals, torch.float64)(x.double()).detach().float()
         sus_all = suspects(x.double(), vals, 1e-5, HARD_D)
         sus_all["the default eps is not 1e-5"] = formula(x.double(), vals["weight"], vals["bias"], 1e-6)
         expect_shape_dtype(y, want32, "LayerNorm(64)'s output")
@@ -255,37 +196,19 @@ HALF_HINT = (" Compute the statistics in float32 (e.g. h = x.float()) and cast t
              "300 is already 90000.")
 
 
-@register("layernorm_half_precision", needs=(NAME,), forbidden_ops=NORM_OPS)
-class HalfPrecision:
-    """float16 and bfloat16 inputs: output keeps the dtype, no overflow where torch has none"""
-
-    @staticmethod
-    def probe(ns):
-        return {"float16": _forward_probe(ns, HALF_CASES, torch.float16),
-                "bfloat16": _forward_probe(ns, BF16_CASES, torch.bfloat16)}
-
-    @staticmethod
-    def judge(out):
-        _forward_judge(out["float16"], HALF_CASES, torch.float16, HALF_HINT)
-        _forward_judge(out["bfloat16"], BF16_CASES, torch.bfloat16, HALF_HINT)
+register_half_precision_check(
+    "layernorm_half_precision",
+    "float16 and bfloat16 inputs: output keeps the dtype, no overflow where torch has none",
+    LN, HALF_CASES, BF16_CASES, HALF_HINT)
 
 
 # --------------------------------------------------------------------------------------------
 
-GRAD_SPECS = [(41, (3, 5, 24), 24), (42, (2, 3, 4, 6), (4, 6))]
-
-
-def _grad_cases():
-    cases = []
-    for seed, shape, nshape in GRAD_SPECS:
-        x = randn(seed, *shape, dtype=torch.float64) + row_offsets(seed + 100, shape).double()
-        g = randn(seed + 2, *shape, dtype=torch.float64)
-        cases.append(((nshape,), {}, x, affine_values(seed + 1, nshape), g))
-    return cases
+GRAD_SPECS = [(41, (3, 5, 24), 24), (42, (2, 3, 4, 6), (4, 6))]  # seed, input shape, normalized_shape
 
 
 def _detached(x, vals, g, i):
-    dims = _dims(GRAD_SPECS[i][2])
+    dims = trailing_dims(GRAD_SPECS[i][2])
     fn = lambda x, v, d: formula(x, v["weight"], v["bias"], 1e-5, dims, detach=d)  # noqa: E731
     return {
         "the statistics are detached from the graph (.detach(), .item() or .data): the gradient must flow through the mean and the variance too":
@@ -297,17 +220,10 @@ def _detached(x, vals, g, i):
     }
 
 
-@register("layernorm_gradients", needs=(NAME,), forbidden_ops=NORM_OPS)
-class Gradients:
-    """gradients with respect to the input, weight and bias equal torch.nn.LayerNorm's (float64)"""
-
-    @staticmethod
-    def probe(ns):
-        return grads_probe(ns, NAME, _grad_cases())
-
-    @staticmethod
-    def judge(out):
-        grads_judge(out, NAME, _grad_cases(), lambda i: nn.LayerNorm(GRAD_SPECS[i][2]), _detached)
+register_gradients_check(
+    "layernorm_gradients",
+    "gradients with respect to the input, weight and bias equal torch.nn.LayerNorm's (float64)",
+    LN, GRAD_SPECS, _detached)
 
 
 # --------------------------------------------------------------------------------------------

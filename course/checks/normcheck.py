@@ -1,5 +1,6 @@
 """What the LayerNorm (01) and RMSNorm (02) checks share: seeded inputs, putting weights into a
-student's module, and the parameter and gradient probes.
+student's module, the forward, parameter and gradient probes and judges, and the templates that
+register a check of each kind (``register_*_check``).
 
 Probe and judge run in different processes, so both rebuild every input from its seed with
 :func:`randn`; the probe copies the same seeded weights into the student's module by the
@@ -7,11 +8,15 @@ contract's names (``weight``, ``bias``), the judge into torch's own module.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 from torch import nn
 
-from course.checks import CheckFailed
+from course.checks import CheckFailed, register_check
 from course.checks.compare import expect_close, expect_tensor
+from course.checks.ops import NORM_OPS
 
 
 def randn(seed: int, *shape: int, scale: float = 1.0, offset: float = 0.0,
@@ -19,6 +24,12 @@ def randn(seed: int, *shape: int, scale: float = 1.0, offset: float = 0.0,
     """A seeded normal tensor, drawn in float64 then cast: the same on every machine."""
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale + offset).to(dtype)
+
+
+def trailing_dims(nshape) -> tuple:
+    """The dimensions a normalized_shape (int or tuple) normalizes over: the last ones."""
+    n = 1 if isinstance(nshape, int) else len(nshape)
+    return tuple(range(-n, 0))
 
 
 def row_offsets(seed: int, shape, spread: float = 2.0) -> torch.Tensor:
@@ -82,6 +93,89 @@ def call(module, x, owner: str):
     if not isinstance(y, torch.Tensor):
         raise CheckFailed(f"{owner} returned {type(y).__name__}, not a torch.Tensor")
     return y
+
+
+# --------------------------------------------------------------------------------------------
+# Forward: the student's module against torch's on seeded cases
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NormSpec:
+    """One exercise's norm, as the forward checks see it.
+
+    A forward case is ``(seed, input shape, normalized_shape, eps (None: the default), input
+    kwargs {"scale", "spread"})``: both sides build ``name(normalized_shape[, eps=eps])`` with
+    the weights ``values(seed + 1, normalized_shape)``, the probe from the student's class, the
+    judge from ``torch_cls``.
+    """
+    name: str
+    torch_cls: type
+    eps: float  # the constructor's default
+    spread: float  # default spread of an input's per-row offsets
+    values: Callable  # (seed, normalized_shape) -> {"weight": ..., maybe "bias": ...}
+    suspects: Callable  # (x in float64, values, eps, normalized_shape) -> {mistake: its output}
+
+    def torch_module(self, nshape, eps, vals, dtype=torch.float32):
+        m = self.torch_cls(nshape, eps=eps).to(dtype)
+        with torch.no_grad():
+            for k, v in vals.items():
+                getattr(m, k).copy_(v.to(dtype))
+        return m
+
+    def input(self, seed, shape, xkw, dtype=torch.float32):
+        x = randn(seed, *shape, scale=xkw.get("scale", 1.5)) + row_offsets(seed + 100, shape, xkw.get("spread", self.spread))
+        return x.to(dtype)
+
+    def forward_probe(self, ns, cases, dtype=torch.float32) -> list:
+        cls = student_class(ns, self.name)
+        outs = []
+        for seed, shape, nshape, eps, xkw in cases:
+            m = cls(nshape) if eps is None else cls(nshape, eps=eps)
+            m = m.to(dtype)
+            set_params(m, self.values(seed + 1, nshape), self.name)
+            outs.append(call(m, self.input(seed, shape, xkw, dtype), self.name))
+        return outs
+
+    def forward_judge(self, out, cases, dtype=torch.float32, hint="") -> None:
+        for (seed, shape, nshape, eps, xkw), y in zip(cases, out):
+            eps_ = self.eps if eps is None else eps
+            vals = self.values(seed + 1, nshape)
+            x = self.input(seed, shape, xkw, dtype)
+            want = self.torch_module(nshape, eps_, vals, dtype)(x).detach()
+            args = f"{nshape!r}" + ("" if eps is None else f", eps={eps}")
+            what = f"{self.name}({args}) on an input of shape {tuple(shape)} ({str(dtype)[6:]})"
+            with_hint(lambda: expect_close(y, want, what=what,
+                                           suspects=self.suspects(x.double(), vals, eps_, nshape)), hint)
+
+    def grad_cases(self, specs) -> list:
+        """(seed, input shape, normalized_shape) -> the cases of :func:`grads_probe` (float64)."""
+        cases = []
+        for seed, shape, nshape in specs:
+            x = randn(seed, *shape, dtype=torch.float64) + row_offsets(seed + 100, shape).double()
+            g = randn(seed + 2, *shape, dtype=torch.float64)
+            cases.append(((nshape,), {}, x, self.values(seed + 1, nshape), g))
+        return cases
+
+
+def register_forward_check(grade_id: str, doc: str, norm: NormSpec, cases) -> None:
+    """A check that the student's module matches torch's on ``cases`` (float32)."""
+    register_check(grade_id, doc, lambda ns: norm.forward_probe(ns, cases),
+                   lambda out: norm.forward_judge(out, cases), needs=(norm.name,), forbidden_ops=NORM_OPS)
+
+
+def register_half_precision_check(grade_id: str, doc: str, norm: NormSpec, half_cases, bf16_cases,
+                                  hint: str) -> None:
+    """A check that the student's module matches torch's in float16 and in bfloat16."""
+
+    def probe(ns):
+        return {"float16": norm.forward_probe(ns, half_cases, torch.float16),
+                "bfloat16": norm.forward_probe(ns, bf16_cases, torch.bfloat16)}
+
+    def judge(out):
+        norm.forward_judge(out["float16"], half_cases, torch.float16, hint)
+        norm.forward_judge(out["bfloat16"], bf16_cases, torch.bfloat16, hint)
+
+    register_check(grade_id, doc, probe, judge, needs=(norm.name,), forbidden_ops=NORM_OPS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,6 +245,12 @@ def params_judge(out: dict, name: str, cases, torch_cls, torch_kw: dict) -> None
                 raise CheckFailed(f"{call_str}.{p} does not require grad: it is a learned parameter")
 
 
+def register_parameters_check(grade_id: str, doc: str, name: str, cases, torch_cls, torch_kw: dict) -> None:
+    """A check that ``name(*args, **kw)`` has torch_cls's parameters, for each of ``cases``."""
+    register_check(grade_id, doc, lambda ns: params_probe(ns, name, cases),
+                   lambda out: params_judge(out, name, cases, torch_cls, torch_kw), needs=(name,))
+
+
 # --------------------------------------------------------------------------------------------
 # Gradients (float64)
 # --------------------------------------------------------------------------------------------
@@ -202,6 +302,17 @@ def grads_judge(out: list, name: str, cases, torch_module, suspects_fn=None) -> 
                 raise CheckFailed(f"{name}.{p}.grad is None after backward: make {p} an "
                                   "nn.Parameter and use it in forward")
             expect_close(gp, getattr(ref, p).grad, what=f"the gradient with respect to {p}", **tol)
+
+
+def register_gradients_check(grade_id: str, doc: str, norm: NormSpec, specs, suspects_fn) -> None:
+    """A check of the float64 gradients on ``norm.grad_cases(specs)`` against torch's module's.
+
+    ``suspects_fn(x, vals, g, i)`` -> {mistake: the input gradient it gives} for case ``i``.
+    """
+    register_check(grade_id, doc, lambda ns: grads_probe(ns, norm.name, norm.grad_cases(specs)),
+                   lambda out: grads_judge(out, norm.name, norm.grad_cases(specs),
+                                           lambda i: norm.torch_cls(specs[i][2], eps=norm.eps), suspects_fn),
+                   needs=(norm.name,), forbidden_ops=NORM_OPS)
 
 
 def detached_grad(fn, x, vals, g, detach) -> torch.Tensor:

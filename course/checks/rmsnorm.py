@@ -14,18 +14,14 @@ from torch import nn
 
 from course.checks import CheckFailed, register
 from course.checks.compare import expect_close
-from course.checks.normcheck import (affine_values, call, detached_grad, grads_judge, grads_probe,
-                                     expect_shape_dtype, params_judge, params_probe, randn,
-                                     row_offsets, set_params, student_class, with_hint)
+from course.checks.normcheck import (NormSpec, affine_values, call, detached_grad, expect_shape_dtype,
+                                     randn, register_forward_check, register_gradients_check,
+                                     register_half_precision_check, register_parameters_check,
+                                     row_offsets, set_params, student_class, trailing_dims, with_hint)
 from course.checks.ops import NORM_OPS
 
 NAME = "RMSNorm"
 EPS = 1e-6
-
-
-def _dims(nshape):
-    n = 1 if isinstance(nshape, int) else len(nshape)
-    return tuple(range(-n, 0))
 
 
 def formula(x, w=None, eps=EPS, dims=(-1,), *, center=False, eps_outside=False, total=False,
@@ -42,21 +38,13 @@ def formula(x, w=None, eps=EPS, dims=(-1,), *, center=False, eps_outside=False, 
     return y * w.to(dtype) if w is not None else y
 
 
-def torch_rms(nshape, eps, vals, dtype=torch.float32):
-    m = nn.RMSNorm(nshape, eps=eps).to(dtype)
-    with torch.no_grad():
-        for k, v in vals.items():
-            getattr(m, k).copy_(v.to(dtype))
-    return m
-
-
 def _weight(seed, nshape):
     return affine_values(seed, nshape, names=("weight",))
 
 
 def suspects(x, vals, eps, nshape) -> dict:
     w = vals.get("weight")
-    dims = _dims(nshape)
+    dims = trailing_dims(nshape)
     f = lambda **kw: formula(x, **{"w": w, "eps": eps, "dims": dims, **kw})  # noqa: E731
     out = {
         "the mean is subtracted: that is LayerNorm. RMSNorm divides x itself by sqrt(mean(x**2) + eps)": f(center=True),
@@ -77,32 +65,7 @@ def suspects(x, vals, eps, nshape) -> dict:
     return out
 
 
-def _input(seed, shape, xkw, dtype=torch.float32):
-    x = randn(seed, *shape, scale=xkw.get("scale", 1.5)) + row_offsets(seed + 100, shape, xkw.get("spread", 1.0))
-    return x.to(dtype)
-
-
-def _forward_probe(ns, cases, dtype=torch.float32):
-    cls = student_class(ns, NAME)
-    outs = []
-    for seed, shape, nshape, eps, xkw in cases:
-        m = cls(nshape) if eps is None else cls(nshape, eps=eps)
-        m = m.to(dtype)
-        set_params(m, _weight(seed + 1, nshape), NAME)
-        outs.append(call(m, _input(seed, shape, xkw, dtype), NAME))
-    return outs
-
-
-def _forward_judge(out, cases, dtype=torch.float32, hint=""):
-    for (seed, shape, nshape, eps, xkw), y in zip(cases, out):
-        eps_ = EPS if eps is None else eps
-        vals = _weight(seed + 1, nshape)
-        x = _input(seed, shape, xkw, dtype)
-        want = torch_rms(nshape, eps_, vals, dtype)(x).detach()
-        args = f"{nshape!r}" + ("" if eps is None else f", eps={eps}")
-        what = f"RMSNorm({args}) on an input of shape {tuple(shape)} ({str(dtype)[6:]})"
-        with_hint(lambda: expect_close(y, want, what=what,
-                                       suspects=suspects(x.double(), vals, eps_, nshape)), hint)
+RMS = NormSpec(NAME, nn.RMSNorm, eps=EPS, spread=1.0, values=_weight, suspects=suspects)
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,17 +78,10 @@ PARAM_CASES = [
 ]
 
 
-@register("rmsnorm_parameters", needs=(NAME,))
-class Parameters:
-    """a weight (ones) of shape normalized_shape and no bias, registered like torch.nn.RMSNorm's"""
-
-    @staticmethod
-    def probe(ns):
-        return params_probe(ns, NAME, PARAM_CASES)
-
-    @staticmethod
-    def judge(out):
-        params_judge(out, NAME, PARAM_CASES, nn.RMSNorm, {"eps": EPS})
+register_parameters_check(
+    "rmsnorm_parameters",
+    "a weight (ones) of shape normalized_shape and no bias, registered like torch.nn.RMSNorm's",
+    NAME, PARAM_CASES, nn.RMSNorm, {"eps": EPS})
 
 
 MATCH_CASES = [  # seed, input shape, normalized_shape, eps (None: the default), input scale
@@ -136,17 +92,10 @@ MATCH_CASES = [  # seed, input shape, normalized_shape, eps (None: the default),
 ]
 
 
-@register("rmsnorm_matches_torch", needs=(NAME,), forbidden_ops=NORM_OPS)
-class MatchesTorch:
-    """same output as torch.nn.RMSNorm(normalized_shape, eps=1e-6) on random inputs and weights"""
-
-    @staticmethod
-    def probe(ns):
-        return _forward_probe(ns, MATCH_CASES)
-
-    @staticmethod
-    def judge(out):
-        _forward_judge(out, MATCH_CASES)
+register_forward_check(
+    "rmsnorm_matches_torch",
+    "same output as torch.nn.RMSNorm(normalized_shape, eps=1e-6) on random inputs and weights",
+    RMS, MATCH_CASES)
 
 
 TUPLE_CASES = [
@@ -156,17 +105,10 @@ TUPLE_CASES = [
 ]
 
 
-@register("rmsnorm_tuple_shape", needs=(NAME,), forbidden_ops=NORM_OPS)
-class TupleShape:
-    """a tuple normalized_shape normalizes over that many trailing dimensions together"""
-
-    @staticmethod
-    def probe(ns):
-        return _forward_probe(ns, TUPLE_CASES)
-
-    @staticmethod
-    def judge(out):
-        _forward_judge(out, TUPLE_CASES)
+register_forward_check(
+    "rmsnorm_tuple_shape",
+    "a tuple normalized_shape normalizes over that many trailing dimensions together",
+    RMS, TUPLE_CASES)
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,7 +149,7 @@ class HardRows:
     def judge(y):
         x = _hard_input()
         vals = _weight(32, HARD_D)
-        want = torch_rms(HARD_D, EPS, vals)(x).detach()
+        want = RMS.torch_module(HARD_D, EPS, vals)(x).detach()
         sus_all = suspects(x.double(), vals, EPS, HARD_D)
         sus_all["the default eps is not 1e-6"] = formula(x.double(), vals["weight"], 1e-5)
         sus_all["eps is missing: divide by sqrt(mean(x**2) + eps)"] = formula(x.double(), vals["weight"], 0.0)
@@ -234,53 +176,28 @@ HALF_HINT = (" Compute mean(x**2) in float32 (e.g. h = x.float()) and cast the r
              ".to(x.dtype): x**2 of values around 300 is 90000, past float16's largest value 65504.")
 
 
-@register("rmsnorm_fp16_no_overflow", needs=(NAME,), forbidden_ops=NORM_OPS)
-class HalfPrecision:
-    """float16 and bfloat16 inputs: output keeps the dtype, no overflow where torch has none"""
-
-    @staticmethod
-    def probe(ns):
-        return {"float16": _forward_probe(ns, HALF_CASES, torch.float16),
-                "bfloat16": _forward_probe(ns, BF16_CASES, torch.bfloat16)}
-
-    @staticmethod
-    def judge(out):
-        _forward_judge(out["float16"], HALF_CASES, torch.float16, HALF_HINT)
-        _forward_judge(out["bfloat16"], BF16_CASES, torch.bfloat16, HALF_HINT)
+register_half_precision_check(
+    "rmsnorm_fp16_no_overflow",
+    "float16 and bfloat16 inputs: output keeps the dtype, no overflow where torch has none",
+    RMS, HALF_CASES, BF16_CASES, HALF_HINT)
 
 
 # --------------------------------------------------------------------------------------------
 
-GRAD_SPECS = [(41, (3, 5, 24), 24), (42, (2, 3, 4, 6), (4, 6))]
-
-
-def _grad_cases():
-    cases = []
-    for seed, shape, nshape in GRAD_SPECS:
-        x = randn(seed, *shape, dtype=torch.float64) + row_offsets(seed + 100, shape).double()
-        g = randn(seed + 2, *shape, dtype=torch.float64)
-        cases.append(((nshape,), {}, x, _weight(seed + 1, nshape), g))
-    return cases
+GRAD_SPECS = [(41, (3, 5, 24), 24), (42, (2, 3, 4, 6), (4, 6))]  # seed, input shape, normalized_shape
 
 
 def _detached(x, vals, g, i):
-    dims = _dims(GRAD_SPECS[i][2])
+    dims = trailing_dims(GRAD_SPECS[i][2])
     fn = lambda x, v, d: formula(x, v["weight"], EPS, dims, detach=d)  # noqa: E731
     return {"the RMS is detached from the graph (.detach(), .item() or .data): the gradient must "
             "flow through mean(x**2) too": detached_grad(fn, x, vals, g, True)}
 
 
-@register("rmsnorm_gradients", needs=(NAME,), forbidden_ops=NORM_OPS)
-class Gradients:
-    """gradients with respect to the input and weight equal torch.nn.RMSNorm's (float64)"""
-
-    @staticmethod
-    def probe(ns):
-        return grads_probe(ns, NAME, _grad_cases())
-
-    @staticmethod
-    def judge(out):
-        grads_judge(out, NAME, _grad_cases(), lambda i: nn.RMSNorm(GRAD_SPECS[i][2], eps=EPS), _detached)
+register_gradients_check(
+    "rmsnorm_gradients",
+    "gradients with respect to the input and weight equal torch.nn.RMSNorm's (float64)",
+    RMS, GRAD_SPECS, _detached)
 
 
 # --------------------------------------------------------------------------------------------

@@ -256,6 +256,15 @@ class BlockRMS:
         _judge_block(out[1], False, "rms", RMS_CASES[:1], lambda v, x: _rms_suspects(v, x, False))
 
 
+def _probe_pre_and_post(ns, seed, x, x2, **masks) -> list:
+    """A pre-norm and a post-norm block, each on ``x`` and on ``x2`` with the same masks."""
+    out = []
+    for first in (True, False):
+        blk = build_block(ns, seed, norm_first=first)
+        out.append([blk(x, **masks), blk(x2, **masks)])
+    return out
+
+
 @register("transformer_block_causal_mask", needs=("TransformerBlock",))
 class BlockCausalMask:
     """attn_mask reaches the attention: with a causal mask, changing the last tokens leaves earlier outputs unchanged, as in torch"""
@@ -268,12 +277,7 @@ class BlockCausalMask:
         x = inputs(s)
         x2 = x.clone()
         x2[:, -2:] = inputs(s + 1)[:, -2:]
-        m = causal_mask(SHAPE[1])
-        out = []
-        for first in (True, False):
-            blk = build_block(ns, s, norm_first=first)
-            out.append([blk(x, attn_mask=m), blk(x2, attn_mask=m)])
-        return out
+        return _probe_pre_and_post(ns, s, x, x2, attn_mask=causal_mask(SHAPE[1]))
 
     @staticmethod
     @torch.no_grad()
@@ -305,11 +309,7 @@ class BlockPaddingMask:
         s = BlockPaddingMask.SEED
         x, kpm = inputs(s), padding_mask()
         x2 = torch.where(kpm[..., None], inputs(s + 1) * 5, x)
-        out = []
-        for first in (True, False):
-            blk = build_block(ns, s, norm_first=first)
-            out.append([blk(x, key_padding_mask=kpm), blk(x2, key_padding_mask=kpm)])
-        return out
+        return _probe_pre_and_post(ns, s, x, x2, key_padding_mask=kpm)
 
     @staticmethod
     @torch.no_grad()
