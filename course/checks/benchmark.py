@@ -110,6 +110,20 @@ def robust_ratio(times: dict) -> float:
     return min(times["yours"]) / min(times["torch"])
 
 
+def _plot_in_notebook(rows: list[dict], title: str) -> None:
+    """Draw the benchmark table as bars, only where someone will see it (a notebook's kernel)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    import matplotlib.pyplot as plt
+
+    bench.plot(rows, title)
+    plt.show()
+
+
 def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, atol=1e-3) -> None:
     gid = out["grade_id"]
     if out["ops"]:
@@ -128,6 +142,7 @@ def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, ato
     print(f"{gid}: input {tuple(out['shape'])} {out['dtype']} on {out['device']}, "
           f"{len(rs)} interleaved rounds, {out['threads']} threads")
     print(bench.format_table(rows))
+    _plot_in_notebook(rows, f"{gid} on {out['device']}")
     for note in out["notes"]:
         print("note:", note)
     print(f"yours / {torch_name}: {ratio:.2f}x, fastest run against fastest run (round by round "
