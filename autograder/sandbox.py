@@ -103,6 +103,8 @@ def bwrap_argv(work: Path, out: Path, limits: Limits, course_dir: Path = ROOT / 
         # The course package at its own path, so an editable install's finder and PYTHONPATH both find it;
         # its parent (the repository) appears as an empty folder holding only course/.
         "--ro-bind", str(course_dir), str(course_dir),
+        # ...without the book's experiment code: its transformer block is close to exercise 04's answer
+        *(["--tmpfs", str(course_dir / "experiments")] if (course_dir / "experiments").is_dir() else []),
         "--ro-bind", str(HARNESS), HARNESS_IN,
         "--chdir", WORK,
         "--clearenv",
