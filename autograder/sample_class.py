@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from autograder.fixture_class import FIXTURES, _write, read_code_fixture, release_dict, solved_dict, with_code
 from autograder.make_submission import read_fixture
-from course.release import ROOT, assignments, differences
+from course.release import ROOT, assignments, sync_tree
 
 DEST = Path(__file__).resolve().parent / "sample_class"
 
@@ -98,19 +97,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / "sample_class"
         build(fresh)
-        if args.check:
-            diff = differences(fresh, DEST) if DEST.exists() else ["autograder/sample_class is missing"]
-            if diff:
-                print("autograder/sample_class is out of date; run `python -m autograder.sample_class`:")
-                print("\n".join(f"  {d}" for d in diff[:30]))
-                return 1
-            print("autograder/sample_class is in sync")
-            return 0
-        if DEST.exists():
-            shutil.rmtree(DEST)
-        shutil.copytree(fresh, DEST)
-        print(f"wrote {DEST}")
-    return 0
+        return sync_tree(fresh, DEST, check=args.check,
+                         stale="autograder/sample_class is out of date; run `python -m autograder.sample_class`",
+                         done=f"wrote {DEST}")
 
 
 if __name__ == "__main__":

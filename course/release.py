@@ -81,19 +81,26 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(Path(tmp))
-        target = ROOT / "exercises"
-        if args.check:
-            diff = differences(fresh, target) if target.exists() else ["exercises/ is missing"]
-            if diff:
-                print("exercises/ is not what nbgrader generates from solutions/; run `make exercises`:")
-                print("\n".join(f"  {d}" for d in diff))
-                return 1
-            print("exercises/ is in sync with solutions/")
-            return 0
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(fresh, target)
-        print(f"regenerated exercises/ for: {', '.join(assignments())}")
+        return sync_tree(fresh, ROOT / "exercises", check=args.check,
+                         stale="exercises/ is not what nbgrader generates from solutions/; run `make exercises`",
+                         done=f"regenerated exercises/ for: {', '.join(assignments())}")
+
+
+def sync_tree(fresh: Path, target: Path, *, check: bool, stale: str, done: str, shown: int = 30) -> int:
+    """Every generated folder's one mechanism: with ``check``, exit status 1 and the differing
+    paths when ``target`` is not ``fresh``; otherwise replace ``target`` with ``fresh``."""
+    if check:
+        diff = differences(fresh, target) if target.exists() else [f"{target.name}/ is missing"]
+        if diff:
+            print(f"{stale}:")
+            print("\n".join(f"  {d}" for d in diff[:shown]))
+            return 1
+        print(f"{target.name}/ is in sync")
+        return 0
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(fresh, target)
+    print(done)
     return 0
 
 
