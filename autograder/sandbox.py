@@ -95,9 +95,10 @@ def bwrap_argv(work: Path, out: Path, limits: Limits, course_dir: Path = ROOT / 
         "--unshare-all", "--unshare-user-try", "--unshare-cgroup-try",
         "--die-with-parent", "--new-session",
         "--hostname", "sandbox",
+        # /tmp first: binds made after it may live under /tmp (a checkout or venv in /tmp/...)
+        "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
         *_ro_binds(),
         "--proc", "/proc", "--dev", "/dev",
-        "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
         "--bind", str(work), WORK,
         "--bind", str(out), OUT,
         # The course package at its own path, so an editable install's finder and PYTHONPATH both find it;
