@@ -22,9 +22,10 @@ from course.checks import CheckFailed
 DTYPE = torch.float64
 
 
-def randn(seed: int, *shape: int, scale: float = 1.0, offset: float = 0.0) -> torch.Tensor:
+def randn(seed: int, *shape: int, scale: float = 1.0, offset: float = 0.0, dtype=DTYPE) -> torch.Tensor:
+    """A seeded normal tensor, drawn in float64 then cast: the same on every machine."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=DTYPE) * scale + offset
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale + offset).to(dtype)
 
 
 def values(spec, seed: int) -> dict[str, torch.Tensor]:
