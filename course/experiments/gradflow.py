@@ -1,16 +1,22 @@
 """How signals and gradients travel through deep stacks at initialization (chapters 01-03).
 
 A stack of ``depth`` layers maps ``h_0 = x`` to ``h_L``. Four kinds of layer, ``W`` a square
-matrix with entries drawn from N(0, gain**2 / width), ``phi`` tanh or ReLU:
+matrix with entries drawn from N(0, gain**2 / width), ``phi`` one of :data:`ACTS`:
 
     plain      h_{l+1} = phi(W h_l)
     plain_ln   h_{l+1} = phi(LN(W h_l))                 (normalized, no residual)
     residual   h_{l+1} = h_l + alpha * phi(W h_l)        (residual, no norm)
     prenorm    h_{l+1} = h_l + alpha * phi(W LN(h_l))   (residual around a normalized branch)
 
+``relu_centered`` is ReLU minus its mean over the features of each row: the same magnitudes as
+ReLU without the positive mean that plain ReLU branches write into the stream at every layer
+(chapter 02 measures what that mean does to a residual stack).
+
 :func:`grad_by_layer` back-propagates one fixed gradient of norm 1 from the top and returns
 ``||dL/dh_l||`` for every layer, so the curve shows only what the layers' Jacobians do
 (backprop multiplies by ``dh_{l+1}/dh_l`` once per layer), not how big the loss happens to be.
+The norms are computed in float64: a vanished float32 gradient can have every entry non-zero
+(around 1e-24) and still a float32 ``.norm()`` of exactly 0, because the squares underflow.
 
 :class:`AttnStack` is a tiny transformer (attention + MLP per layer) with the residual adds
 switchable, for the "remove every residual connection" question of chapter 02.
@@ -24,12 +30,20 @@ import torch.nn.functional as F
 from torch import nn
 
 KINDS = ("plain", "plain_ln", "residual", "prenorm")
-ACTS = {"tanh": torch.tanh, "relu": torch.relu}
 
 
-def grad_by_layer(kind: str, depth: int = 50, width: int = 128, act: str = "tanh",
-                  gain: float = 1.0, alpha: float = 1.0, batch: int = 256, seed: int = 0):
-    """Return (grad_norms, act_norms): ``||dL/dh_l||`` and mean ``||h_l||`` per row, l = 0..depth."""
+def _relu_centered(z: torch.Tensor) -> torch.Tensor:
+    r = torch.relu(z)
+    return r - r.mean(dim=-1, keepdim=True)
+
+
+ACTS = {"tanh": torch.tanh, "relu": torch.relu, "relu_centered": _relu_centered}
+
+
+def run_stack(kind: str, depth: int = 50, width: int = 128, act: str = "tanh",
+              gain: float = 1.0, alpha: float = 1.0, batch: int = 256, seed: int = 0):
+    """Forward ``batch`` random rows through the stack and back-propagate a fixed gradient of
+    norm 1 from the top. Returns ``[h_0, ..., h_L]``, each with its ``.grad`` filled in."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}")
     phi = ACTS[act]
@@ -50,9 +64,25 @@ def grad_by_layer(kind: str, depth: int = 50, width: int = 128, act: str = "tanh
         hs.append(h)
     g_out = torch.randn(h.shape, generator=g)
     h.backward(g_out / g_out.norm())  # dL/dh_L has norm 1
-    grads = [t.grad.norm().item() for t in hs]
+    return hs
+
+
+def grad_by_layer(kind: str, depth: int = 50, width: int = 128, act: str = "tanh",
+                  gain: float = 1.0, alpha: float = 1.0, batch: int = 256, seed: int = 0):
+    """Return (grad_norms, act_norms): ``||dL/dh_l||`` and mean ``||h_l||`` per row, l = 0..depth.
+
+    The gradient norms are computed in float64 (see the module docstring)."""
+    hs = run_stack(kind, depth, width, act, gain, alpha, batch, seed)
+    grads = [t.grad.double().norm().item() for t in hs]
     norms = [t.detach().norm(dim=-1).mean().item() for t in hs]
     return grads, norms
+
+
+def mean_share(h: torch.Tensor) -> float:
+    """Fraction of ``||h||^2`` that lies along the all-ones direction, averaged over rows:
+    ``D * mean_i(h_i)^2 / sum_i h_i^2``. About 1/D for a zero-mean random row, 1 for a constant one."""
+    h = h.detach()
+    return (h.mean(-1).pow(2) * h.shape[-1] / h.pow(2).sum(-1)).mean().item()
 
 
 class AttnLayer(nn.Module):

@@ -1,7 +1,9 @@
 """A tiny synthetic task and a short training loop for the placement and debugging chapters.
 
 Copy task: ``a_1 ... a_n SEP a_1 ... a_n``; the model is scored only on the second half, where
-every token is predictable by attending back n+1 positions. Chance level is ln(vocab).
+every token is predictable by attending back n positions (the input SEP predicts a_1, which
+sits n positions earlier; the input a_k predicts a_{k+1}, also n positions earlier). Chance
+level is ln(vocab).
 """
 from __future__ import annotations
 
