@@ -1,4 +1,5 @@
-"""Which torch ops a piece of code calls, seen at two levels.
+"""Which torch ops a piece of code calls, seen at two levels, and switching torch's own
+normalizations off.
 
 * ``TorchFunctionMode`` sees Python-level calls such as ``torch.nn.functional.layer_norm`` or
   ``torch.rms_norm`` (composite ops that never reach the dispatcher under their own name).
@@ -6,19 +7,74 @@
   whichever Python route led there.
 
 Names are recorded without namespaces or overloads: ``layer_norm``, ``native_layer_norm``.
+
+:data:`NORM_OPS` is the whole family of torch's built-in normalizations, written out by hand and
+checked against the installed torch by ``tests/test_blocked_ops.py`` (every dispatcher op whose
+name contains ``norm`` is either in it or in :data:`NOT_NORMALIZATIONS`, so a normalization op
+added by a future torch fails that test until someone classifies it). Three places use it: the
+op recorder below (through each check's ``forbidden_ops``), the autograder's static scan of the
+student's source (``autograder.plan.scan_forbidden``) and :func:`block_kernels`, which makes the
+kernels raise inside the grading sandbox.
 """
 from __future__ import annotations
+
+import re
+import warnings
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-#: the built-in normalizations a student must not call in the norm exercises
+#: the built-in normalizations a student must not call in the norm exercises (short names: no
+#: namespace, no overload). Every one of these computes a normalization layer, or its statistics,
+#: or its backward.
 NORM_OPS = frozenset({
+    # aten: layer norm, RMS norm, group and instance norm
     "layer_norm", "native_layer_norm", "native_layer_norm_backward",
     "rms_norm", "_fused_rms_norm", "_fused_rms_norm_backward",
-    "batch_norm", "group_norm", "instance_norm", "native_batch_norm",
+    "group_norm", "native_group_norm", "native_group_norm_backward",
+    "instance_norm",
+    # aten: batch norm and everything it is built from (per-channel statistics, the elementwise
+    # apply, the sync-BN gather, backends' own kernels)
+    "batch_norm", "native_batch_norm", "native_batch_norm_backward",
+    "_batch_norm_impl_index", "_batch_norm_impl_index_backward",
+    "_batch_norm_no_update", "_batch_norm_with_update", "_batch_norm_with_update_functional",
+    "_native_batch_norm_legit", "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
+    "batch_norm_backward", "batch_norm_backward_elemt", "batch_norm_backward_reduce", "batch_norm_elemt",
+    "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts", "batch_norm_stats",
+    "batch_norm_update_stats",
+    "cudnn_batch_norm", "cudnn_batch_norm_backward", "miopen_batch_norm", "miopen_batch_norm_backward",
+    "quantized_batch_norm",
+    # quantized::, onednn::, static_runtime:: (their layer_norm, group_norm, instance_norm and
+    # batch_norm share the aten names above)
+    "batch_norm1d", "batch_norm1d_relu", "batch_norm2d", "batch_norm2d_relu", "batch_norm3d",
+    "batch_norm3d_relu", "batch_norm_relu", "qbatch_norm2d",
+    # Python-only (torch.nn.functional): no kernel of its own, built from avg_pool; with a window
+    # spanning every channel it is RMSNorm
+    "local_response_norm",
+    # no "norm" in its name, but a whole encoder layer with two LayerNorms in one kernel
+    "_transformer_encoder_layer_fwd",
 })
+
+#: dispatcher ops (and torch.nn.functional members) whose names contain "norm" but that are not
+#: normalization layers: vector and matrix norms (a student's LayerNorm may well use
+#: ``torch.linalg.vector_norm`` or ``x.norm()``), weight norm, renorm, random normals
+NOT_NORMALIZATIONS = frozenset({
+    "norm", "native_norm", "norm_except_dim", "_foreach_norm",
+    "linalg_norm", "linalg_vector_norm", "linalg_matrix_norm", "frobenius_norm", "nuclear_norm",
+    "renorm", "renorm_", "embedding_renorm", "embedding_renorm_", "_no_grad_embedding_renorm_",
+    "_weight_norm", "_weight_norm_interface", "_weight_norm_interface_backward",
+    "_weight_norm_differentiable_backward",
+    "normal", "normal_", "normal_functional", "_philox_normal", "_philox_normal_", "log_normal", "log_normal_",
+    "normalize",  # F.normalize: x / max(||x||_p, eps), a vector norm
+})
+
+#: ops of NORM_OPS with no kernel of their own (Python functions in torch.nn.functional):
+#: :func:`block_kernels` replaces them there for as long as the block holds
+PYTHON_NORM_FUNCTIONS = ("local_response_norm",)
+
+#: namespaces whose ops :func:`block_kernels` looks in
+NAMESPACES = ("aten", "quantized", "onednn", "static_runtime")
 
 
 def _short(func) -> str:
@@ -68,3 +124,99 @@ class OpRecorder:
             m.__exit__(*exc)
         self._modes = []
         return False
+
+
+# --------------------------------------------------------------------------------------------
+# Switching the built-in kernels off (inside the grading sandbox)
+# --------------------------------------------------------------------------------------------
+
+_KEY_LINE = re.compile(r"^(\w+)(?:\[alias\])?: registered at ", re.M)
+
+
+def _registered_keys(qualname: str) -> list[str]:
+    """Every dispatch key (alias keys included) that has a kernel for ``ns::op[.overload]``."""
+    try:
+        dump = torch._C._dispatch_dump(qualname)
+    except RuntimeError:
+        return []
+    return sorted(set(_KEY_LINE.findall(dump)))
+
+
+def op_overloads(name: str) -> list[str]:
+    """``ns::name[.overload]`` of every overload of ``name`` in :data:`NAMESPACES` (this torch)."""
+    found = []
+    for ns in NAMESPACES:
+        try:
+            packet = getattr(getattr(torch.ops, ns), name)
+            overloads = packet.overloads()
+        except (AttributeError, RuntimeError):
+            continue
+        for ov in overloads:
+            found.append(f"{ns}::{name}" + ("" if ov == "default" else f".{ov}"))
+    return found
+
+
+def _refuse(name: str):
+    def kernel(*args, **kwargs):
+        raise RuntimeError(f"torch's built-in {name} is switched off while grading this exercise: "
+                           "compute it from the formula")
+    return kernel
+
+
+class Blocked:
+    """What :func:`block_kernels` returns: ``release()`` gives torch its own kernels back."""
+
+    def __init__(self):
+        self.libraries: dict[str, torch.library.Library] = {}
+        self.registered: list[tuple[str, str]] = []  # (ns::op[.overload], dispatch key)
+        self.patched: list[tuple[object, str, object]] = []  # (module, attribute, original)
+
+    def release(self) -> None:
+        for lib in self.libraries.values():
+            lib._destroy()
+        self.libraries = {}
+        for mod, attr, original in reversed(self.patched):
+            setattr(mod, attr, original)
+        self.patched = []
+
+
+def block_kernels(names) -> Blocked:
+    """Make torch's own implementations of ``names`` (short op names) raise, by every route.
+
+    Each overload of each op, in every namespace of :data:`NAMESPACES`, gets a kernel that raises
+    on every dispatch key that has a kernel for it (CPU, CUDA, Meta, nested and quantized
+    backends, autograd, autocast, the composite keys...): ``torch.X``, ``torch.ops.<ns>.X``,
+    ``torch._C._nn.X`` / ``torch._C._VariableFunctions.X`` and ``torch.nn.functional`` all end in
+    one of those. Ops that exist only in Python (:data:`PYTHON_NORM_FUNCTIONS`) are replaced in
+    ``torch.nn.functional``. Names this torch does not have are skipped.
+
+    The block lasts until ``release()`` on the returned handle (or the end of the process). A
+    second line of defence: the verdict does not depend on it.
+    """
+    handle = Blocked()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Overriding a previously registered kernel", once per op
+        for name in sorted(set(names)):
+            for qualname in op_overloads(name):
+                ns, op = qualname.split("::")
+                keys = _registered_keys(qualname)
+                composite = "CompositeImplicitAutograd" in keys
+                lib = handle.libraries.get(ns)
+                if lib is None:
+                    lib = handle.libraries[ns] = torch.library.Library(ns, "IMPL")
+                for key in keys:
+                    if key == "Meta" and composite:
+                        continue  # torch refuses a Meta kernel beside a composite one
+                    try:
+                        lib.impl(op, _refuse(name), key)
+                    except Exception:  # noqa: BLE001 -- a key this build cannot take a Python kernel on
+                        continue
+                    handle.registered.append((qualname, key))
+            if name in PYTHON_NORM_FUNCTIONS:
+                import torch.nn.functional as F
+
+                original = getattr(F, name, None)
+                if original is not None:
+                    handle.patched.append((F, name, original))
+                    setattr(F, name, _refuse(name))
+    return handle
