@@ -27,6 +27,7 @@ import io
 import traceback
 import warnings
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable
 
 from course.checks.ops import OpRecorder
@@ -58,6 +59,13 @@ class Check:
 
 
 REGISTRY: dict[str, Check] = {}
+
+
+def frozen(mapping=(), **kw) -> MappingProxyType:
+    """A read-only dict, for the case tables of the checks (tuples of tuples and frozen dicts:
+    nothing a probe reads from them is writable state). The judges do not rely on it: they
+    count what comes back against their own cases (:func:`course.checks.compare.paired`)."""
+    return MappingProxyType(dict(mapping, **kw))
 
 
 def register_check(grade_id: str, doc: str, probe: Callable[[dict], Any], judge: Callable[[Any], None], *,

@@ -22,7 +22,7 @@ from torch import nn
 
 from course import bench
 from course.checks import CheckFailed, register
-from course.checks.compare import expect_close, expect_tensor
+from course.checks.compare import ANY, expect_close, expect_structure, expect_tensor
 from course.checks.normcheck import affine_values, set_params
 from course.checks.ops import NORM_OPS, OpRecorder
 
@@ -124,8 +124,38 @@ def _plot_in_notebook(rows: list[dict], title: str) -> None:
     plt.show()
 
 
-def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, atol=1e-3) -> None:
-    gid = out["grade_id"]
+#: what the probe of each benchmark times on (the judge's own: a record must say the same)
+SHAPES = {"layernorm_benchmark": NORM_SHAPE, "rmsnorm_benchmark": NORM_SHAPE, "residual_benchmark": RES_SHAPE,
+          "transformer_block_benchmark": TB_SHAPE}
+#: the keys of a probe's record (:func:`_run`); ``notes`` is free-form text, printed only
+RECORD = {k: ANY for k in ("grade_id", "device", "shape", "dtype", "bytes", "times", "copy", "ops", "threads", "y",
+                           "notes")}
+ROUNDS = tuple(REPEAT * (1 + i) for i in range(EXTRA_BATCHES + 1))
+
+
+def _expect_record(out, gid: str) -> None:
+    """The record has the structure :func:`_run` gives: every key, the judge's own shape, the
+    same number of rounds for every implementation (REPEAT, or more batches of it)."""
+    expect_structure(out, RECORD)
+    if out["grade_id"] != gid:
+        raise CheckFailed(f"the benchmark's result is for {out['grade_id']!r}, not {gid!r}")
+    if out["shape"] != list(SHAPES[gid]):
+        raise CheckFailed(f"the benchmark ran on an input of shape {out['shape']}, expected {list(SHAPES[gid])}")
+    times = out["times"]
+    if not isinstance(times, dict) or not {"yours", "torch"} <= set(times) <= {"yours", "torch", "course solution"}:
+        raise CheckFailed("the benchmark's times should hold yours and torch's, "
+                          f"got {sorted(times) if isinstance(times, dict) else type(times).__name__}")
+    for k, ts in times.items():
+        if not (isinstance(ts, list) and len(ts) == len(times["yours"]) and len(ts) in ROUNDS
+                and all(type(t) is float and t > 0 for t in ts)):
+            raise CheckFailed(f"expected {' or '.join(map(str, ROUNDS))} timed rounds for each implementation from "
+                              f"the probe, got {len(ts) if isinstance(ts, list) else type(ts).__name__} for {k}")
+    if not isinstance(out["ops"], list) or not isinstance(out["notes"], list):
+        raise CheckFailed("the benchmark's result is malformed (ops and notes should be lists)")
+
+
+def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, gid: str, atol=1e-3) -> None:
+    _expect_record(out, gid)
     if out["ops"]:
         raise CheckFailed(f"your code calls torch's own {', '.join(out['ops'])}: the benchmark times "
                           "your implementation, so it gives no points for torch's")
@@ -190,7 +220,7 @@ class LayerNormBenchmark:
         m = nn.LayerNorm(NORM_SHAPE[-1])
         set_params(m, _bench_params("LayerNorm", NORM_SHAPE[-1]), "LayerNorm")
         want = m(_input(NORM_SHAPE)).detach()
-        _judge(out, want, "LayerNorm", "torch.nn.LayerNorm")
+        _judge(out, want, "LayerNorm", "torch.nn.LayerNorm", "layernorm_benchmark")
 
 
 @register("rmsnorm_benchmark", needs=("RMSNorm",))
@@ -207,7 +237,7 @@ class RMSNormBenchmark:
         m = nn.RMSNorm(NORM_SHAPE[-1], eps=1e-6)
         set_params(m, _bench_params("RMSNorm", NORM_SHAPE[-1]), "RMSNorm")
         want = m(_input(NORM_SHAPE)).detach()
-        _judge(out, want, "RMSNorm", "torch.nn.RMSNorm")
+        _judge(out, want, "RMSNorm", "torch.nn.RMSNorm", "rmsnorm_benchmark")
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,7 +281,7 @@ class ResidualBenchmark:
     @staticmethod
     def judge(out):
         want = _TorchResidual(_res_sublayer())(_input(RES_SHAPE, 1)).detach()
-        _judge(out, want, "ResidualBlock", "x + F(nn.LayerNorm(x))")
+        _judge(out, want, "ResidualBlock", "x + F(nn.LayerNorm(x))", "residual_benchmark")
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,7 +308,7 @@ class TransformerBlockBenchmark:
     @staticmethod
     def judge(out):
         # correctness is the other checks' job (they load known weights); here: shape and timing
-        _judge(out, None, "TransformerBlock", "nn.TransformerEncoderLayer")
+        _judge(out, None, "TransformerBlock", "nn.TransformerEncoderLayer", "transformer_block_benchmark")
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,6 +4,13 @@
 ``expected``, each suspect (a message mapped to what a known wrong implementation would have
 returned on the same input) is tried in turn; the first one that ``actual`` matches becomes the
 message. So a student whose variance is unbiased reads "divide by D, not D-1", not a bare diff.
+
+``paired(cases, out)`` / ``expect_structure(out, template)``: before a judge looks at a single
+value, what came back from the probe must have the structure the judge's OWN cases call for (as
+many results as it has cases, every key it reads, lists where it expects lists). The judge runs on
+the trusted side with its own case tables, so a probe that was made to skip cases (a case list
+emptied or shortened in the student's process, a forged record) fails here instead of passing
+an empty loop.
 """
 from __future__ import annotations
 
@@ -67,3 +74,70 @@ def expect_close(actual, expected: torch.Tensor, *, what: str, atol=None, rtol=N
         f"{what} does not match torch: largest difference {diff.max().item():.3g} at flat index {i} "
         f"(yours {a.flatten()[i].item():.6g}, expected {e.flatten()[i].item():.6g})"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The structure of a probe's result, checked against the judge's own cases
+# --------------------------------------------------------------------------------------------
+
+class _Any:
+    def __repr__(self):
+        return "ANY"
+
+
+#: in a template: one value whose content is the judge's business (a tensor, a number, a string...)
+ANY = _Any()
+
+
+def _where(path: str) -> str:
+    return f" (at {path})" if path else ""
+
+
+def expect_structure(value, template, what: str = "the probe", _path: str = "") -> None:
+    """Raise :class:`CheckFailed` unless ``value`` has the structure of ``template``.
+
+    ``template``: a list (``value`` must be a list of exactly that length, item by item), a dict
+    (``value`` must be a dict with exactly those keys, key by key) or :data:`ANY` (anything).
+    """
+    if template is ANY:
+        return
+    if isinstance(template, (list, tuple)):
+        if not isinstance(value, list):
+            raise CheckFailed(f"expected a list of {len(template)} results from {what}{_where(_path)}, "
+                              f"got {_kind(value)}")
+        if len(value) != len(template):
+            raise CheckFailed(f"expected {len(template)} results from {what}{_where(_path)}, got {len(value)}")
+        for i, (v, t) in enumerate(zip(value, template)):
+            expect_structure(v, t, what, f"{_path}[{i}]")
+        return
+    if isinstance(template, dict):
+        if not isinstance(value, dict):
+            raise CheckFailed(f"expected a dict with keys {sorted(template)} from {what}{_where(_path)}, "
+                              f"got {_kind(value)}")
+        missing, extra = sorted(set(template) - set(value)), sorted(set(value) - set(template))
+        if missing or extra:
+            raise CheckFailed(f"expected the keys {sorted(template)} from {what}{_where(_path)}, got "
+                              f"{sorted(value)}" + (f" (missing {missing})" if missing else "")
+                              + (f" (unexpected {extra})" if extra else ""))
+        for k, t in template.items():
+            expect_structure(value[k], t, what, f"{_path}[{k!r}]")
+        return
+    raise TypeError(f"not a structure template: {template!r}")
+
+
+def _kind(value) -> str:
+    if isinstance(value, BadValue):
+        return value.what
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    return type(value).__name__
+
+
+def paired(cases, out, item=ANY, what: str = "the probe") -> list:
+    """``zip(cases, out)``, strictly: ``out`` must be a list with one result per case, each of the
+    structure ``item`` (a template, see :func:`expect_structure`, or a function of the case that
+    returns one). ``cases`` are the judge's own: how many results there must be is decided here,
+    on the trusted side, never by what came back."""
+    cases = list(cases)
+    expect_structure(out, [item(c) if callable(item) else item for c in cases], what)
+    return list(zip(cases, out))

@@ -13,8 +13,8 @@ import math
 import torch
 from torch import nn
 
-from course.checks import CheckFailed, register
-from course.checks.compare import expect_close
+from course.checks import CheckFailed, frozen, register
+from course.checks.compare import ANY, expect_close, paired
 from course.checks.normcheck import (NormSpec, affine_values, call, detached_grad, expect_shape_dtype,
                                      randn, register_forward_check, register_gradients_check,
                                      register_half_precision_check, register_parameters_check,
@@ -83,12 +83,12 @@ LN = NormSpec(NAME, nn.LayerNorm, eps=1e-5, spread=2.0, values=affine_values, su
 
 # --------------------------------------------------------------------------------------------
 
-PARAM_CASES = [
-    ("int", (8,), {}),
-    ("tuple", ((3, 4),), {}),
-    ("eps", (6,), {"eps": 1e-3}),
-    ("no_affine", (8,), {"elementwise_affine": False}),
-]
+PARAM_CASES = (
+    ("int", (8,), frozen()),
+    ("tuple", ((3, 4),), frozen()),
+    ("eps", (6,), frozen(eps=1e-3)),
+    ("no_affine", (8,), frozen(elementwise_affine=False)),
+)
 
 
 register_parameters_check(
@@ -97,12 +97,12 @@ register_parameters_check(
     NAME, PARAM_CASES, nn.LayerNorm, {})
 
 
-MATCH_CASES = [  # seed, input shape, normalized_shape, eps (None: the default), input scale
-    (11, (4, 16, 32), 32, None, {}),
-    (12, (1, 1, 8), 8, None, {}),
-    (13, (6, 48), 48, 0.1, {"scale": 0.5}),
-    (14, (2, 3, 5, 20), 20, 1e-5, {}),
-]
+MATCH_CASES = (  # seed, input shape, normalized_shape, eps (None: the default), input scale
+    (11, (4, 16, 32), 32, None, frozen()),
+    (12, (1, 1, 8), 8, None, frozen()),
+    (13, (6, 48), 48, 0.1, frozen(scale=0.5)),
+    (14, (2, 3, 5, 20), 20, 1e-5, frozen()),
+)
 
 
 register_forward_check(
@@ -111,11 +111,11 @@ register_forward_check(
     LN, MATCH_CASES)
 
 
-TUPLE_CASES = [
-    (21, (3, 5, 4, 8), (4, 8), None, {}),
-    (22, (2, 6, 3, 4), (6, 3, 4), 1e-5, {}),
-    (23, (7, 2, 9), (2, 9), None, {"scale": 0.3}),
-]
+TUPLE_CASES = (
+    (21, (3, 5, 4, 8), (4, 8), None, frozen()),
+    (22, (2, 6, 3, 4), (6, 3, 4), 1e-5, frozen()),
+    (23, (7, 2, 9), (2, 9), None, frozen(scale=0.3)),
+)
 
 
 register_forward_check(
@@ -129,7 +129,7 @@ register_forward_check(
 HARD_D = 64
 CONSTANTS = (3.0, -2.5, 0.0, 1.25)  # exact in float32: a constant row's mean is exact too
 #: (name, rows, what it is, tolerance (atol, rtol), hint on failure)
-HARD_GROUPS = [
+HARD_GROUPS = (
     ("constant", slice(0, 4), "constant rows (variance 0: the output must equal bias)", (1e-4, 1e-4),
      " A constant row has variance 0: with eps inside the square root, (x - mean) / sqrt(0 + eps) = 0."),
     ("far", slice(8, 12), "rows far from zero (mean 1e4, std 1)", (2e-2, 2e-2),
@@ -139,7 +139,7 @@ HARD_GROUPS = [
      " Here eps dominates the variance, so where eps goes (inside the square root) and its default "
      "(1e-5) decide the output."),
     ("plain", slice(12, 16), "ordinary rows", (1e-4, 1e-4), ""),
-]
+)
 
 
 def _hard_input():
@@ -183,14 +183,14 @@ class HardRows:
 
 # --------------------------------------------------------------------------------------------
 
-HALF_CASES = [  # seed, shape, normalized_shape, eps, input scale; values ~300 square past 65504
-    (51, (8, 256), 256, None, {"scale": 300.0, "spread": 0.0}),
-    (52, (4, 8, 64), 64, None, {"scale": 1.0}),
-]
-BF16_CASES = [
-    (53, (8, 256), 256, None, {"scale": 300.0, "spread": 100.0}),
-    (54, (4, 8, 64), 64, None, {"scale": 1.0}),
-]
+HALF_CASES = (  # seed, shape, normalized_shape, eps, input scale; values ~300 square past 65504
+    (51, (8, 256), 256, None, frozen(scale=300.0, spread=0.0)),
+    (52, (4, 8, 64), 64, None, frozen(scale=1.0)),
+)
+BF16_CASES = (
+    (53, (8, 256), 256, None, frozen(scale=300.0, spread=100.0)),
+    (54, (4, 8, 64), 64, None, frozen(scale=1.0)),
+)
 HALF_HINT = (" Compute the statistics in float32 (e.g. h = x.float()) and cast the result back "
              "with .to(x.dtype): float16 overflows past 65504, and (x - mean)**2 of values around "
              "300 is already 90000.")
@@ -204,7 +204,7 @@ register_half_precision_check(
 
 # --------------------------------------------------------------------------------------------
 
-GRAD_SPECS = [(41, (3, 5, 24), 24), (42, (2, 3, 4, 6), (4, 6))]  # seed, input shape, normalized_shape
+GRAD_SPECS = ((41, (3, 5, 24), 24), (42, (2, 3, 4, 6), (4, 6)))  # seed, input shape, normalized_shape
 
 
 def _detached(x, vals, g, i):
@@ -258,7 +258,7 @@ class ShiftScaleInvariance:
 
     @staticmethod
     def judge(out):
-        for seed, (y, y_ab) in enumerate(out):
+        for seed, (y, y_ab) in paired(range(N_SEEDS), out, [ANY, ANY]):
             d, x, a, b = _invariance_case(seed)
             ref = nn.LayerNorm(d)
             expect_close(y, ref(x).detach(), what=f"LayerNorm({d}) on random rows (seed {seed})",

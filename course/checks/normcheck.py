@@ -15,8 +15,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from course.checks import CheckFailed, register_check, seeded
-from course.checks.compare import expect_close, expect_tensor
+from course.checks import CheckFailed, frozen, register_check, seeded
+from course.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
 from course.checks.ops import NORM_OPS
 
 
@@ -135,7 +135,7 @@ class NormSpec:
         return outs
 
     def forward_judge(self, out, cases, dtype=torch.float32, hint="") -> None:
-        for (seed, shape, nshape, eps, xkw), y in zip(cases, out):
+        for (seed, shape, nshape, eps, xkw), y in paired(cases, out):
             eps_ = self.eps if eps is None else eps
             vals = self.values(seed + 1, nshape)
             x = self.input(seed, shape, xkw, dtype)
@@ -145,14 +145,14 @@ class NormSpec:
             with_hint(lambda: expect_close(y, want, what=what,
                                            suspects=self.suspects(x.double(), vals, eps_, nshape)), hint)
 
-    def grad_cases(self, specs) -> list:
+    def grad_cases(self, specs) -> tuple:
         """(seed, input shape, normalized_shape) -> the cases of :func:`grads_probe` (float64)."""
         cases = []
         for seed, shape, nshape in specs:
             x = randn(seed, *shape, dtype=torch.float64) + row_offsets(seed + 100, shape).double()
             g = randn(seed + 2, *shape, dtype=torch.float64)
-            cases.append(((nshape,), {}, x, self.values(seed + 1, nshape), g))
-        return cases
+            cases.append(((nshape,), frozen(), x, self.values(seed + 1, nshape), g))
+        return tuple(cases)
 
 
 def register_forward_check(grade_id: str, doc: str, norm: NormSpec, cases) -> None:
@@ -170,6 +170,7 @@ def register_half_precision_check(grade_id: str, doc: str, norm: NormSpec, half_
                 "bfloat16": norm.forward_probe(ns, bf16_cases, torch.bfloat16)}
 
     def judge(out):
+        expect_structure(out, {"float16": ANY, "bfloat16": ANY})
         norm.forward_judge(out["float16"], half_cases, torch.float16, hint)
         norm.forward_judge(out["bfloat16"], bf16_cases, torch.bfloat16, hint)
 
@@ -203,12 +204,22 @@ def params_probe(ns: dict, name: str, cases) -> dict:
     return {key: _describe(cls(*args, **kw)) for key, args, kw in cases}
 
 
+#: what :func:`_describe` returns, as a structure template (:func:`expect_structure`)
+_ATTR = {"kind": ANY, "value": ANY, "requires_grad": ANY}
+DESCRIBED = {"params": ANY, "state_keys": ANY, "attrs": {"weight": _ATTR, "bias": _ATTR}, "mro": ANY}
+_MODULE, _OBJECT = "torch.nn.modules.module.Module", "builtins.object"
+
+
 def params_judge(out: dict, name: str, cases, torch_cls, torch_kw: dict) -> None:
     forbidden = f"torch.nn.modules.normalization.{name}"
+    expect_structure(out, {key: DESCRIBED for key, _, _ in cases})
     for key, args, kw in cases:
         got = out[key]
         call_str = f"{name}({', '.join([repr(a) for a in args] + [f'{k}={v!r}' for k, v in kw.items()])})"
-        if forbidden in got["mro"]:
+        mro = got["mro"]
+        if not (isinstance(mro, list) and len(mro) >= 3 and _MODULE in mro and mro[-1] == _OBJECT):
+            raise CheckFailed(f"{call_str} is not an nn.Module (its class hierarchy came back as {mro!r:.200})")
+        if forbidden in mro:
             raise CheckFailed(f"{name} is derived from torch.nn.{name}: write it from nn.Module, "
                               "with your own parameters and forward")
         ref = torch_cls(*args, **{**torch_kw, **kw})
@@ -278,7 +289,9 @@ def grads_probe(ns: dict, name: str, cases) -> list:
 def grads_judge(out: list, name: str, cases, torch_module, suspects_fn=None) -> None:
     """Compare with torch's gradients; ``suspects_fn(x, vals, g, i)`` -> {message: wrong dx}."""
     tol = dict(atol=1e-5, rtol=1e-5)  # float32-precision statistics inside are fine
-    for i, ((args, kw, x, vals, g), got) in enumerate(zip(cases, out)):
+    pairs = paired(cases, out, lambda case: {"y": ANY, "grads": {"x": ANY, **{p: ANY for p in case[3]}},
+                                             "kinds": {p: ANY for p in case[3]}})
+    for i, ((args, kw, x, vals, g), got) in enumerate(pairs):
         ref = torch_module(i).double()
         with torch.no_grad():
             for p, v in vals.items():

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from course.checks import CheckFailed, register
-from course.checks.compare import expect_close, expect_tensor
+from course.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
 from course.checks.seeded import (DTYPE, as_module, dropped_pattern, load_into, make_norm,
                                   norm_spec, randn, values)
 
@@ -103,6 +103,10 @@ class ResidualFunction:
     @staticmethod
     def judge(out):
         x, y, w = randn(1, 2, 3, 4), randn(2, 2, 3, 4), randn(3, 2, 3, 4)
+        if isinstance(out, dict) and out.get("x_changed") is True:
+            expect_structure(out, {"x_changed": ANY})
+        else:
+            expect_structure(out, {"out": ANY, "x_changed": ANY, "grad_x": ANY, "grad_y": ANY})
         if out["x_changed"]:
             raise CheckFailed("apply_residual_connection changed x in place (x += ...): "
                               "return x + sublayer_output as a new tensor")
@@ -137,6 +141,7 @@ class BlockParameters:
 
     @staticmethod
     def judge(out):
+        expect_structure(out, {"layer": ANY, "rms": ANY})
         sub = ["sublayer.0.bias", "sublayer.0.weight"]
         for kind, norm_keys in (("layer", ["norm.bias", "norm.weight"]), ("rms", ["norm.weight"])):
             keys = out[kind]
@@ -164,7 +169,7 @@ def _post(F_, norm, x, s=1.0):
     return norm(x + s * F_(x))
 
 
-PRE_CASES = [(10, 1.5, 0.7), (11, 4.0, -2.0), (12, 1e-3, 5e-4)]  # (seed, scale, offset); the last one needs eps=1e-5
+PRE_CASES = ((10, 1.5, 0.7), (11, 4.0, -2.0), (12, 1e-3, 5e-4))  # (seed, scale, offset); the last one needs eps=1e-5
 
 
 @register("residual_block_prenorm", needs=("ResidualBlock",))
@@ -182,7 +187,7 @@ class BlockPreNorm:
     @staticmethod
     @torch.no_grad()
     def judge(out):
-        for (seed, scale, offset), y in zip(PRE_CASES, out):
+        for (seed, scale, offset), y in paired(PRE_CASES, out):
             x = inputs(seed, scale, offset)
             F_, ln = parts(seed)
             expect_close(y, _pre(F_, ln, x), what="the pre-norm block's output", suspects={
@@ -199,7 +204,7 @@ class BlockPreNorm:
 class BlockZeroIsIdentity:
     """With a sublayer that outputs zeros, a pre-norm ResidualBlock returns its input exactly (any norm, scale, dropout)"""
 
-    CASES = [(20, "layer", 1.0, 0.0, 1.0), (21, "rms", 0.5, 0.0, 1e3), (22, "layer", 2.0, 0.5, 1e-3)]
+    CASES = ((20, "layer", 1.0, 0.0, 1.0), (21, "rms", 0.5, 0.0, 1e3), (22, "layer", 2.0, 0.5, 1e-3))
 
     @staticmethod
     def probe(ns):
@@ -213,7 +218,7 @@ class BlockZeroIsIdentity:
     @staticmethod
     @torch.no_grad()
     def judge(out):
-        for (seed, kind, s, p, scale), y in zip(BlockZeroIsIdentity.CASES, out):
+        for (seed, kind, s, p, scale), y in paired(BlockZeroIsIdentity.CASES, out):
             x = inputs(seed, scale)
             what = f"ResidualBlock(norm={kind!r}, residual_scale={s}, dropout={p}) with F(x) = 0"
             y = expect_tensor(y, what)
@@ -242,7 +247,7 @@ class BlockPostNorm:
     @staticmethod
     @torch.no_grad()
     def judge(out):
-        for (seed, scale, offset), y in zip(PRE_CASES, out):
+        for (seed, scale, offset), y in paired(PRE_CASES, out):
             x = inputs(seed, scale, offset)
             F_, ln = parts(seed)
             expect_close(y, _post(F_, ln, x), what="the post-norm block's output", suspects={
@@ -253,7 +258,7 @@ class BlockPostNorm:
             })
 
 
-RMS_CASES = [(30, True, 1.0, 0.5), (31, True, 1e-3, 5e-4), (32, False, 1e-3, 5e-4)]  # tiny x: eps matters
+RMS_CASES = ((30, True, 1.0, 0.5), (31, True, 1e-3, 5e-4), (32, False, 1e-3, 5e-4))  # tiny x: eps matters
 
 
 @register("residual_block_rms", needs=("ResidualBlock",))
@@ -268,7 +273,7 @@ class BlockRMS:
     @staticmethod
     @torch.no_grad()
     def judge(out):
-        for (seed, first, scale, offset), y in zip(RMS_CASES, out):
+        for (seed, first, scale, offset), y in paired(RMS_CASES, out):
             x = inputs(seed, scale, offset)
             F_, rms = parts(seed, "rms")
             form = _pre if first else _post
@@ -283,7 +288,7 @@ class BlockRMS:
             })
 
 
-SCALE_CASES = [(40, True, 0.3), (41, False, 0.3), (42, True, 2.5)]
+SCALE_CASES = ((40, True, 0.3), (41, False, 0.3), (42, True, 2.5))
 
 
 @register("residual_block_residual_scale", needs=("ResidualBlock",))
@@ -298,7 +303,7 @@ class BlockScale:
     @staticmethod
     @torch.no_grad()
     def judge(out):
-        for (seed, first, s), y in zip(SCALE_CASES, out):
+        for (seed, first, s), y in paired(SCALE_CASES, out):
             x = inputs(seed)
             F_, ln = parts(seed)
             if first:
@@ -343,6 +348,7 @@ class BlockDropout:
     @torch.no_grad()
     def judge(out):
         c = BlockDropout
+        expect_structure(out, {"train": ANY, "eval": [ANY, ANY], "post_eval": ANY})
         x = inputs(c.SEED)
         F_, ln = parts(c.SEED)
         branch = c.S * F_(ln(x))

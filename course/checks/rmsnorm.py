@@ -12,8 +12,8 @@ import math
 import torch
 from torch import nn
 
-from course.checks import CheckFailed, register
-from course.checks.compare import expect_close
+from course.checks import CheckFailed, frozen, register
+from course.checks.compare import ANY, expect_close, paired
 from course.checks.normcheck import (NormSpec, affine_values, call, detached_grad, expect_shape_dtype,
                                      randn, register_forward_check, register_gradients_check,
                                      register_half_precision_check, register_parameters_check,
@@ -70,12 +70,12 @@ RMS = NormSpec(NAME, nn.RMSNorm, eps=EPS, spread=1.0, values=_weight, suspects=s
 
 # --------------------------------------------------------------------------------------------
 
-PARAM_CASES = [
-    ("int", (8,), {}),
-    ("tuple", ((3, 4),), {}),
-    ("eps", (6,), {"eps": 1e-3}),
-    ("no_affine", (8,), {"elementwise_affine": False}),
-]
+PARAM_CASES = (
+    ("int", (8,), frozen()),
+    ("tuple", ((3, 4),), frozen()),
+    ("eps", (6,), frozen(eps=1e-3)),
+    ("no_affine", (8,), frozen(elementwise_affine=False)),
+)
 
 
 register_parameters_check(
@@ -84,12 +84,12 @@ register_parameters_check(
     NAME, PARAM_CASES, nn.RMSNorm, {"eps": EPS})
 
 
-MATCH_CASES = [  # seed, input shape, normalized_shape, eps (None: the default), input scale
-    (11, (4, 16, 32), 32, None, {}),
-    (12, (1, 1, 8), 8, None, {}),
-    (13, (6, 48), 48, 0.1, {"scale": 0.3, "spread": 0.1}),
-    (14, (2, 3, 5, 20), 20, 1e-5, {}),
-]
+MATCH_CASES = (  # seed, input shape, normalized_shape, eps (None: the default), input scale
+    (11, (4, 16, 32), 32, None, frozen()),
+    (12, (1, 1, 8), 8, None, frozen()),
+    (13, (6, 48), 48, 0.1, frozen(scale=0.3, spread=0.1)),
+    (14, (2, 3, 5, 20), 20, 1e-5, frozen()),
+)
 
 
 register_forward_check(
@@ -98,11 +98,11 @@ register_forward_check(
     RMS, MATCH_CASES)
 
 
-TUPLE_CASES = [
-    (21, (3, 5, 4, 8), (4, 8), None, {}),
-    (22, (2, 6, 3, 4), (6, 3, 4), 1e-5, {}),
-    (23, (7, 2, 9), (2, 9), None, {"scale": 0.3}),
-]
+TUPLE_CASES = (
+    (21, (3, 5, 4, 8), (4, 8), None, frozen()),
+    (22, (2, 6, 3, 4), (6, 3, 4), 1e-5, frozen()),
+    (23, (7, 2, 9), (2, 9), None, frozen(scale=0.3)),
+)
 
 
 register_forward_check(
@@ -114,7 +114,7 @@ register_forward_check(
 # --------------------------------------------------------------------------------------------
 
 HARD_D = 64
-HARD_GROUPS = [
+HARD_GROUPS = (
     ("zero", slice(0, 4), "all-zero rows (the output must be 0)",
      " A zero row has mean(x**2) = 0: without eps inside the square root that is 0 / 0 = NaN."),
     ("tiny", slice(4, 8), "rows of tiny values (mean(x**2) = 1e-8, below eps = 1e-6)",
@@ -122,7 +122,7 @@ HARD_GROUPS = [
      "(1e-6) decide the output."),
     ("large", slice(8, 12), "rows of large values (around 5000)", ""),
     ("plain", slice(12, 16), "ordinary rows", ""),
-]
+)
 
 
 def _hard_input():
@@ -164,14 +164,14 @@ class HardRows:
 
 # --------------------------------------------------------------------------------------------
 
-HALF_CASES = [  # values ~300: their squares (90000) overflow float16 (max 65504)
-    (51, (8, 256), 256, None, {"scale": 300.0, "spread": 0.0}),
-    (52, (4, 8, 64), 64, None, {"scale": 1.0}),
-]
-BF16_CASES = [
-    (53, (8, 256), 256, None, {"scale": 300.0, "spread": 100.0}),
-    (54, (4, 8, 64), 64, None, {"scale": 1.0}),
-]
+HALF_CASES = (  # values ~300: their squares (90000) overflow float16 (max 65504)
+    (51, (8, 256), 256, None, frozen(scale=300.0, spread=0.0)),
+    (52, (4, 8, 64), 64, None, frozen(scale=1.0)),
+)
+BF16_CASES = (
+    (53, (8, 256), 256, None, frozen(scale=300.0, spread=100.0)),
+    (54, (4, 8, 64), 64, None, frozen(scale=1.0)),
+)
 HALF_HINT = (" Compute mean(x**2) in float32 (e.g. h = x.float()) and cast the result back with "
              ".to(x.dtype): x**2 of values around 300 is 90000, past float16's largest value 65504.")
 
@@ -184,7 +184,7 @@ register_half_precision_check(
 
 # --------------------------------------------------------------------------------------------
 
-GRAD_SPECS = [(41, (3, 5, 24), 24), (42, (2, 3, 4, 6), (4, 6))]  # seed, input shape, normalized_shape
+GRAD_SPECS = ((41, (3, 5, 24), 24), (42, (2, 3, 4, 6), (4, 6)))  # seed, input shape, normalized_shape
 
 
 def _detached(x, vals, g, i):
@@ -231,7 +231,7 @@ class ScaleInvariance:
 
     @staticmethod
     def judge(out):
-        for seed, (y, y_a) in enumerate(out):
+        for seed, (y, y_a) in paired(range(N_SEEDS), out, [ANY, ANY]):
             d, x, a = _invariance_case(seed)
             ref = nn.RMSNorm(d, eps=EPS)
             expect_close(y, ref(x).detach(), what=f"RMSNorm({d}) on random rows (seed {seed})",

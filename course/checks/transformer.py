@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from course.checks import CheckFailed, register
-from course.checks.compare import expect_close, expect_tensor
+from course.checks import CheckFailed, frozen, register
+from course.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
 from course.checks.seeded import (DTYPE, Parts, as_module, block_formula, block_spec,
                                   dropped_pattern, load_into, make_norm, norm_spec, randn,
                                   torch_layer, values)
@@ -157,6 +157,8 @@ class BlockParameters:
 
     @staticmethod
     def judge(out):
+        described = {"keys": ANY, "attn": ANY, "batch_first": ANY, "attn_dropout": ANY, "ffn": ANY, "ffn_dropout": ANY}
+        expect_structure(out, {"layer": described, "rms": described, "shape": ANY})
         for norm in ("layer", "rms"):
             o = out[norm]
             call = f"TransformerBlock(d_model, n_heads, d_ff, dropout=0.25, norm={norm!r})"
@@ -184,7 +186,7 @@ class BlockParameters:
             raise CheckFailed(f"the block's output has shape {out['shape']}, expected [2, 5, {D}] (the input's shape)")
 
 
-CASES = [(100, 1.0, 0.3), (101, 3.0, -1.0)]  # (seed, scale, offset)
+CASES = ((100, 1.0, 0.3), (101, 3.0, -1.0))  # (seed, scale, offset)
 
 
 def _probe_block(ns, norm_first, norm="layer", cases=CASES):
@@ -200,7 +202,7 @@ def _probe_block(ns, norm_first, norm="layer", cases=CASES):
 
 
 def _judge_block(out, norm_first, norm="layer", cases=CASES, extra_suspects=None):
-    for (seed, scale, offset), ys in zip(cases, out):
+    for (seed, scale, offset), ys in paired(cases, out, [ANY, ANY]):
         vals, x = block_values(seed, norm), inputs(seed, scale, offset)
         expected = expected_block(vals, x, norm_first, norm)
         suspects = block_suspects(vals, x, norm_first, norm)
@@ -227,7 +229,7 @@ class BlockPostNorm:
     judge = staticmethod(torch.no_grad()(lambda out: _judge_block(out, False)))
 
 
-RMS_CASES = [(110, 1.0, 0.5), (111, 1e-3, 5e-4)]  # tiny inputs: eps matters
+RMS_CASES = ((110, 1.0, 0.5), (111, 1e-3, 5e-4))  # tiny inputs: eps matters
 
 
 def _rms_suspects(vals, x, norm_first):
@@ -252,6 +254,7 @@ class BlockRMS:
     @staticmethod
     @torch.no_grad()
     def judge(out):
+        expect_structure(out, [ANY, ANY])
         _judge_block(out[0], True, "rms", RMS_CASES, lambda v, x: _rms_suspects(v, x, True))
         _judge_block(out[1], False, "rms", RMS_CASES[:1], lambda v, x: _rms_suspects(v, x, False))
 
@@ -284,7 +287,7 @@ class BlockCausalMask:
     def judge(out):
         s = BlockCausalMask.SEED
         x, m, vals = inputs(s), causal_mask(SHAPE[1]), block_values(s)
-        for first, (y1, y2) in zip((True, False), out):
+        for first, (y1, y2) in paired((True, False), out, [ANY, ANY]):
             name = "pre" if first else "post"
             expected = expected_block(vals, x, first, attn_mask=m)
             suspects = {"attn_mask is ignored: pass it on to self.attn(..., attn_mask=attn_mask)":
@@ -317,7 +320,7 @@ class BlockPaddingMask:
         s = BlockPaddingMask.SEED
         x, kpm, vals = inputs(s), padding_mask(), block_values(s)
         keep = ~kpm
-        for first, (y1, y2) in zip((True, False), out):
+        for first, (y1, y2) in paired((True, False), out, [ANY, ANY]):
             name = "pre" if first else "post"
             y1, y2 = expect_tensor(y1, "the output"), expect_tensor(y2, "the output")
             if y1.shape != x.shape or y2.shape != x.shape:
@@ -363,6 +366,7 @@ class BlockDropout:
     @torch.no_grad()
     def judge(out):
         c = BlockDropout
+        expect_structure(out, {"ffn": ANY, "attn": ANY, "eval_True": [ANY, ANY], "eval_False": [ANY, ANY]})
         x, vals = inputs(c.SEED), block_values(c.SEED)
         p = Parts(vals, D, H, FF)
         branches = {"attn": ("attention", p.sa(p.norm1(x))), "ffn": ("FFN", p.ff(p.norm2(x)))}
@@ -405,7 +409,7 @@ def _masked_multiple(y, full) -> bool:
 # TransformerStack
 # --------------------------------------------------------------------------------------------
 
-STRUCT_CASES = [(3, True, "layer"), (2, False, "layer"), (2, True, "rms")]  # (n_layers, norm_first, norm)
+STRUCT_CASES = ((3, True, "layer"), (2, False, "layer"), (2, True, "rms"))  # (n_layers, norm_first, norm)
 
 
 @register("transformer_stack_structure", needs=("TransformerStack",))
@@ -432,7 +436,9 @@ class StackStructure:
 
     @staticmethod
     def judge(out):
-        for (n, first, norm), o in zip(STRUCT_CASES, out):
+        described = {"blocks": ANY, "n_blocks": ANY, "distinct": ANY, "n_params": ANY, "keys": ANY,
+                     "has_final_norm_attr": ANY, "final_norm_is_none": ANY}
+        for (n, first, norm), o in paired(STRUCT_CASES, out, described):
             call = f"TransformerStack(n_layers={n}, ..., norm_first={first}, norm={norm!r})"
             if o["blocks"] not in ("ModuleList",):
                 if o["blocks"] in ("list", "tuple"):
@@ -501,7 +507,7 @@ def _stack_masks() -> dict:
 
 
 def _stack_cases(first):
-    return [dict(seed=200, n=3, first=first, masks=False), dict(seed=201, n=2, first=first, masks=True)]
+    return (frozen(seed=200, n=3, first=first, masks=False), frozen(seed=201, n=2, first=first, masks=True))
 
 
 def _probe_stack(ns, cases, norm="layer"):
@@ -517,7 +523,7 @@ def _probe_stack(ns, cases, norm="layer"):
 
 
 def _judge_stack(out, cases, norm="layer"):
-    for c, y in zip(cases, out):
+    for c, y in paired(cases, out):
         x = inputs(c["seed"])
         masks = _stack_masks() if c["masks"] else {}
         expected, suspects = _stack_reference(c["seed"], c["n"], norm, c["first"], x, **masks)
@@ -550,7 +556,7 @@ class StackPostNorm:
 class StackRMS:
     """With norm='rms' the stack's blocks and its final norm are RMSNorm with eps 1e-6"""
 
-    CASES = [dict(seed=210, n=2, first=True, masks=False)]
+    CASES = (frozen(seed=210, n=2, first=True, masks=False),)
     probe = staticmethod(lambda ns: _probe_stack(ns, StackRMS.CASES, "rms"))
     judge = staticmethod(torch.no_grad()(lambda out: _judge_stack(out, StackRMS.CASES, "rms")))
 
@@ -577,6 +583,7 @@ class StackGradients:
     @staticmethod
     def judge(out):
         s = StackGradients.SEED
+        expect_structure(out, {"x": ANY, **{n: ANY for n in GRAD_NAMES}})
         vals = stack_values(s, 2, "layer", True)
         layers = layers_of(vals, 2, "layer", True)
         final = make_norm("layer", D, vals, "final_norm.")

@@ -1,0 +1,119 @@
+"""Judges count what comes back against their own cases (course.checks.compare.paired).
+
+For every registered check: the reference solution's probe record passes; the same record with
+its structure changed (each list emptied, each list shortened by one, each dict key dropped)
+fails with CheckFailed. A probe made to skip cases (a case list emptied in the student's
+process, a forged record with empty outputs) used to pass an empty ``zip``: the untouched stub
+earned 9/15 in exercises 01 and 02, 7/12 in 03, 8/18 in 04.
+
+Left out (``FREE_FORM``): the benchmark's ``notes`` (free-form text, printed, never judged) and
+its ``course solution`` timing (there only where solutions/ is, never inside the sandbox). The
+hard-rows checks return one tensor: nothing to mutate (the judge checks its shape).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+
+import pytest
+
+from course.checks import CheckFailed, collect, get, load_all, verdict
+from notebook_ns import _quiet, grade_ids, solution_ns
+
+ASSIGNMENTS = {
+    "01_layernorm": pytest.mark.layernorm,
+    "02_rmsnorm": pytest.mark.rmsnorm,
+    "03_residual": pytest.mark.residual,
+    "04_transformer_block": pytest.mark.transformer,
+}
+#: (grade id suffix, path in the record's tree) of what a record may lack or shorten
+FREE_FORM = {("_benchmark", ("notes",)), ("_benchmark", ("times", "course solution"))}
+
+_solution = functools.cache(solution_ns)
+
+
+@functools.cache
+def _record(assignment: str, gid: str) -> dict:
+    with _quiet():
+        rec = collect(get(gid), _solution(assignment))
+    assert rec["ok"], rec
+    return rec
+
+
+def _checks():
+    load_all()
+    params = []
+    for a, mark in ASSIGNMENTS.items():
+        for gid in grade_ids(a):
+            params.append(pytest.param(a, gid, marks=mark, id=gid))
+    return params
+
+
+def _mutations(tree, path=()):
+    """(description, path of what changes, path of the node to mutate, function that mutates it)
+    for each list (emptied, shortened by one) and each dict key (dropped) in an encoded tree."""
+    if isinstance(tree, list):
+        if tree:
+            yield f"{_show(path)} emptied", path, path, lambda node: node.clear()
+            yield f"{_show(path)} shortened by one", path, path, lambda node: node.pop()
+        for i, x in enumerate(tree):
+            yield from _mutations(x, path + (i,))
+    elif isinstance(tree, dict) and "__dict__" in tree:  # a dict ({"__tensor__": ...} is a tensor)
+        for k, v in tree["__dict__"].items():
+            yield f"{_show(path)} without key {k!r}", path + (k,), path, lambda node, k=k: node["__dict__"].pop(k)
+            yield from _mutations(v, path + (k,))
+
+
+def _show(path) -> str:
+    return "out" + "".join(f"[{p!r}]" for p in path)
+
+
+def _node(tree, path):
+    for p in path:
+        tree = tree["__dict__"][p] if isinstance(p, str) else tree[p]
+    return tree
+
+
+def _free_form(gid, path) -> bool:
+    return any(gid.endswith(suffix) and path[:len(p)] == p for suffix, p in FREE_FORM)
+
+
+@pytest.mark.parametrize("assignment,gid", _checks())
+def test_the_solutions_record_passes(assignment, gid):
+    with _quiet():
+        verdict(get(gid), copy.deepcopy(_record(assignment, gid)))
+
+
+@pytest.mark.parametrize("assignment,gid", _checks())
+def test_a_record_of_another_structure_fails(assignment, gid):
+    rec = _record(assignment, gid)
+    muts = [m for m in _mutations(rec["out"]["tree"]) if not _free_form(gid, m[1])]
+    if not muts:
+        pytest.skip("the probe returns one tensor: no list and no dict to mutate")
+    passed = []
+    for desc, _, where, mutate in muts:
+        bad = copy.deepcopy(rec)
+        mutate(_node(bad["out"]["tree"], where))
+        try:
+            with _quiet():
+                verdict(get(gid), bad)
+        except CheckFailed:
+            continue
+        except Exception as e:  # noqa: BLE001 -- must be a verdict, not a crash of the judge
+            passed.append(f"{desc}: {type(e).__name__}: {e}")
+            continue
+        passed.append(f"{desc}: passed")
+    assert not passed, f"{gid} does not fail these records: {passed[:10]}"
+
+
+@pytest.mark.parametrize("assignment,gid", _checks())
+def test_an_empty_output_fails_saying_how_many_were_expected(assignment, gid):
+    rec = _record(assignment, gid)
+    tree = rec["out"]["tree"]
+    if not isinstance(tree, list):
+        pytest.skip("the probe returns a dict or a tensor")
+    bad = copy.deepcopy(rec)
+    bad["out"]["tree"] = []
+    with pytest.raises(CheckFailed, match=rf"expected {len(tree)} results from the probe, got 0"):
+        with _quiet():
+            verdict(get(gid), bad)
