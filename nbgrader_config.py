@@ -15,6 +15,13 @@ c.CourseDirectory.course_id = "resnorm"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
 
+# exercises/ is committed, so without this `nbgrader generate_assignment A` would skip A ("Skipping
+# existing assignment") and never record it in gradebook.db, and `nbgrader autograde A` would then
+# fail for every student ("No assignment with ID 'A' exists in the database"). Always regenerate:
+# the release is rebuilt from solutions/ (the same bytes when exercises/ is in sync, which a test
+# checks) and the assignment, its notebooks and grade cells are written to the gradebook.
+c.GenerateAssignment.force = True
+
 # The stub nbgrader leaves where a solution was; the hint above each solution says how much to write.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
