@@ -1,7 +1,11 @@
 """Command line: ``python -m autograder grade [SUBMISSIONS] --out DIR [--jobs N] [limits...]``.
 
 Exit status: 0 when the run finished (whatever the submissions did), 2 when it could not run
-(bad arguments, unreadable input, no sandbox available without ``--no-sandbox``).
+(bad arguments, unreadable or empty input, no sandbox available without ``--no-sandbox``,
+earlier results in ``--out`` that cannot be read).
+
+Grading into a folder that holds earlier results merges with them (:mod:`autograder.results`):
+this run's rows replace those of the same student and assignment, the others stay.
 """
 from __future__ import annotations
 
@@ -21,9 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grade", help="grade a class of submissions")
     g.add_argument("submissions", nargs="?", default=str(SAMPLE),
-                   help="folder in nbgrader's submitted layout, a .zip of one, or an LMS download "
-                        "(Canvas, Moodle); default: the bundled sample class")
-    g.add_argument("--out", required=True, help="output folder (grades.csv, feedback/, report.html)")
+                   help="folder in nbgrader's submitted layout, a .zip of one, an LMS download "
+                        "(Canvas, Moodle), or one .ipynb; default: the bundled sample class")
+    g.add_argument("--out", required=True, help="output folder (grades.csv, feedback/, report.html); "
+                                                "earlier results there are kept and merged")
     g.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: cores)")
     g.add_argument("--gradebook", default=None,
                    help="nbgrader gradebook to write (sqlite file; default OUT/gradebook.db; 'none' to skip)")
@@ -46,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from autograder.grade import grade_class, write_csv, write_json
+    from autograder import results
+    from autograder.grade import grade_class
     from autograder.ingest import InputError
     from autograder.sandbox import SandboxUnavailable, ensure_bwrap
 
@@ -62,6 +68,12 @@ def main(argv=None) -> int:
     else:
         print("warning: --no-sandbox: submissions run with your permissions (rlimits only)", file=sys.stderr)
     out = Path(args.out)
+    try:
+        before = results.earlier(out)
+    except results.EarlierResultsError as e:
+        print(f"error: {e}. Grading into {out} would lose the earlier grades: repair or move that file, "
+              "or grade into another --out", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     try:
         outcomes = grade_class(Path(args.submissions), out, jobs=args.jobs, limits=limits,
@@ -70,14 +82,19 @@ def main(argv=None) -> int:
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    write_csv(outcomes, out / "grades.csv")
-    write_json(outcomes, out / "results.json")
+    n = len(outcomes)
+    fresh = outcomes
+    if before is not None:
+        outcomes, fresh, kept = results.merge(before, outcomes)
+        print(f"kept {kept} of {len(before)} earlier rows in {out / 'results.json'} (students and assignments "
+              "not regraded in this run)", file=sys.stderr)
+    results.write_csv(outcomes, out / "grades.csv")
+    results.write_json(outcomes, out / "results.json")
     from autograder import feedback, gradebook
     feedback.write_all(outcomes, out)
     if (args.gradebook or "").lower() != "none":
         db = Path(args.gradebook) if args.gradebook else out / "gradebook.db"
-        gradebook.write(outcomes, db, root=Path(args.course_root))
-    n = len(outcomes)
+        gradebook.write(fresh, db, root=Path(args.course_root))
     print(f"graded {n} submission rows in {time.perf_counter() - t0:.1f} s: {out / 'grades.csv'}, "
           f"{out / 'report.html'}, {out / 'feedback'}/", file=sys.stderr)
     return 0

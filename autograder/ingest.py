@@ -6,14 +6,20 @@
 * the zip a learning-management system hands out, e.g. Canvas: flat files
   ``<name>_<userid>_<submissionid>_<original name>.ipynb`` (``_LATE_`` after the name when late,
   ``-1``, ``-2`` before ``.ipynb`` for resubmissions), or Moodle: folders
-  ``<Full Name>_<id>_assignsubmission_file_/<file>.ipynb``.
+  ``<Full Name>_<id>_assignsubmission_file_/<file>.ipynb``;
+* one ``.ipynb``: one student's submission (the id from a Canvas file name, else the file's stem).
 
 Files are mapped to assignments by notebook name (``layernorm.ipynb`` -> ``01_layernorm``), and
 failing that by the nbgrader grade ids inside. When one student has several files for one
 assignment, the latest resubmission wins (highest ``-N``, then newest).
+
+Student ids are kept as given (Unicode, spaces: nbgrader keeps them too); only what cannot be one
+path component (``feedback/<student_id>/``, ``submitted/<student_id>/``) is replaced. Two
+different folders or LMS ids never share a row: a clash gets a ``-2`` suffix and a note.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -24,10 +30,15 @@ from pathlib import Path
 
 MAX_ZIP_BYTES = 2 << 30
 MAX_ZIP_FILES = 100_000
+MAX_NAME_BYTES = 255  # one file name (path component) on Linux and macOS file systems
 
 CANVAS = re.compile(r"^(?P<name>[^_/]+?)(?:_LATE)?_(?P<uid>\d+)_(?P<sid>\d+)_(?P<orig>.+)$")
 MOODLE = re.compile(r"^(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_file_?$")
 RESUB = re.compile(r"^(?P<stem>.*?)(?:-(?P<n>\d+)| \((?P<m>\d+)\))?\.ipynb$", re.I)
+LAYOUTS = ("expected <student_id>/<assignment>/<notebook>.ipynb folders (nbgrader's submitted/ layout), "
+           "Canvas files <name>_<id>_<submission>_<file>.ipynb, Moodle folders "
+           "<Full Name>_<id>_assignsubmission_file_/, a .zip of one of these, or one .ipynb")
+UNKNOWN = "\0unknown"  # the raw id of files nobody can be told from (never a real name: it holds NUL)
 
 
 class InputError(Exception):
@@ -46,19 +57,41 @@ class Entry:
     rank: tuple = (0, 0.0)  # resubmission order: (suffix number, mtime)
 
 
+def _cut(s: str, limit: int) -> str:
+    """``s`` shortened to at most ``limit`` UTF-8 bytes, on a character boundary."""
+    b = s.encode("utf-8", "surrogatepass")
+    return s if len(b) <= limit else b[:limit].decode("utf-8", "ignore")
+
+
 def safe_id(s: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9._-]+", "_", s.strip()).strip("._")
-    return s or "unnamed"
+    """A student id as given, usable as one path component: ``/`` and NUL become ``_``; the names
+    ``.`` and ``..`` and the empty name become ``unnamed``; a name over 255 bytes is cut there.
+    Unicode and spaces stay."""
+    s = _cut(s.replace("/", "_").replace("\0", "_"), MAX_NAME_BYTES)
+    return "unnamed" if s in ("", ".", "..") else s
 
 
-def extract_zip(zpath: Path, dest: Path) -> Path:
-    """Extract a zip without trusting it: no absolute paths, no ``..``, no links, bounded size."""
+def _shown(name: str, limit: int = 120) -> str:
+    return name if len(name) <= limit else f"{name[:70]}...{name[-40:]}"
+
+
+def extract_zip(zpath: Path, dest: Path) -> list[tuple[list[str], str]]:
+    """Extract a zip without trusting it: no absolute paths, no ``..``, no links, bounded size.
+
+    An entry that cannot be a file here (a file and a folder of the same name, a name longer than
+    a file name can be) is skipped; returns those as (path parts, why), the rest is extracted.
+    """
     try:
         zf = zipfile.ZipFile(zpath)
     except (zipfile.BadZipFile, OSError) as e:
         raise InputError(f"{zpath} is not a readable zip file: {e}") from None
+    skipped: list[tuple[list[str], str]] = []
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
     with zf:
         infos = zf.infolist()
+        if not any(not i.is_dir() for i in infos):
+            raise InputError(f"{zpath} is empty")
         if len(infos) > MAX_ZIP_FILES:
             raise InputError(f"{zpath} holds {len(infos)} files, more than {MAX_ZIP_FILES}")
         if sum(i.file_size for i in infos) > MAX_ZIP_BYTES:
@@ -68,16 +101,34 @@ def extract_zip(zpath: Path, dest: Path) -> Path:
             parts = [p for p in name.split("/") if p not in ("", ".")]
             if not parts or ".." in parts or name.startswith("/") or parts[0].startswith("__MACOSX"):
                 continue
-            if stat.S_ISLNK(info.external_attr >> 16):
+            if stat.S_ISLNK(info.external_attr >> 16) or any("\0" in p for p in parts):
+                continue
+            if any(len(p.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for p in parts):
+                if not info.is_dir():
+                    skipped.append((parts, f"its name is longer than the {MAX_NAME_BYTES} bytes a file "
+                                           "name can have"))
                 continue
             target = dest.joinpath(*parts)
-            if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-    return dest
+            try:
+                clash = next((i for i in range(1, len(parts)) if dest.joinpath(*parts[:i]).is_file()), None)
+                if info.is_dir():
+                    if clash is None and not target.is_file():
+                        target.mkdir(parents=True, exist_ok=True)
+                elif clash is not None:
+                    skipped.append((parts, f"the zip also has a file {'/'.join(parts[:clash])}, "
+                                           "so it cannot be a folder too"))
+                elif target.is_dir():
+                    skipped.append((parts, "the zip also has a folder of the same name"))
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with zf.open(info) as src, open(target, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+            except OSError as e:
+                if not info.is_dir():
+                    with contextlib.suppress(OSError):
+                        target.unlink()
+                    skipped.append((parts, f"it could not be extracted ({e.strerror or e})"))
+    return skipped
 
 
 def _grade_ids(path: Path) -> set:
@@ -128,18 +179,23 @@ class Catalog:
 
 
 def discover(src: Path, catalog: Catalog, scratch: Path) -> list[Entry]:
-    """Every submission in ``src`` (folder or zip) as entries, resubmissions resolved."""
-    src = Path(src)
+    """Every submission in ``src`` (folder, zip or one notebook) as entries, resubmissions resolved."""
+    given = src = Path(src)
     if not src.exists():
         raise InputError(f"{src} does not exist")
+    skipped: list[tuple[list[str], str]] = []
+    root = src
     if src.is_file():
+        if src.suffix.lower() == ".ipynb":
+            return _assign_ids([_single_notebook(src, catalog)])
         if src.suffix.lower() != ".zip":
-            raise InputError(f"{src} is neither a folder nor a .zip")
-        src = extract_zip(src, Path(scratch) / "unzipped")
+            raise InputError(f"{src} is neither a folder, a .zip nor an .ipynb")
+        root = src = Path(scratch) / "unzipped"
+        skipped = extract_zip(given, src)
     try:
         top = [p for p in src.iterdir() if not p.name.startswith(".")]
     except OSError as e:
-        raise InputError(f"cannot read {src}: {e}") from None
+        raise InputError(f"cannot read {given}: {e.strerror or e}") from None
     # Descend through single wrapping folders (submitted/, the zip's own top folder).
     while len(top) == 1 and top[0].is_dir() and not _looks_like_student(top[0], catalog):
         src = top[0]
@@ -158,10 +214,95 @@ def discover(src: Path, catalog: Catalog, scratch: Path) -> list[Entry]:
             if c:
                 entries.append(_lms_entry(p, c.group("uid"), c.group("name"), catalog, c.group("orig")))
             else:
-                entries.append(Entry("unknown", "(unknown)", None,
+                entries.append(Entry(UNKNOWN, "(unknown)", None,
                                      notes=[f"{p.name}: cannot tell whose notebook this is "
                                             "(not in a student folder, no LMS file name)"]))
-    return _latest(entries)
+    prefix = list(src.relative_to(root).parts)
+    for parts, why in skipped:
+        rel = parts[len(prefix):] if parts[:len(prefix)] == prefix else []
+        _attach(entries, _skipped_entry(rel, "/".join(parts), why, catalog, _is_dir(src, rel)))
+    if not entries:
+        raise InputError(f"no submissions found in {given}: {LAYOUTS}")
+    return _latest(_assign_ids(entries))
+
+
+def _is_dir(src: Path, rel: list[str]) -> bool:
+    try:
+        return bool(rel) and (src / rel[0]).is_dir()
+    except OSError:  # a name too long to look up
+        return False
+
+
+def _single_notebook(f: Path, catalog: Catalog) -> Entry:
+    """One ``.ipynb`` given on its own: one student's submission."""
+    c = CANVAS.match(f.name)
+    if c:
+        return _lms_entry(f, c.group("uid"), c.group("name"), catalog, c.group("orig"))
+    a, n = catalog.by_name(f.name)
+    if a is None:
+        a = catalog.by_content(f)
+        if a is None:
+            return Entry(f.stem, "(unknown)", None,
+                         notes=[f"{f.name}: not a notebook of this course (unknown name, no course cells)"])
+        return Entry(f.stem, a, f, notes=[f"the file is named {f.name}, expected {catalog.notebooks[a]}; "
+                                          "it was recognised by its cells and graded"])
+    return Entry(f.stem, a, f, rank=(n, f.stat().st_mtime))
+
+
+def _skipped_entry(rel: list[str], name: str, why: str, catalog: Catalog, folder: bool) -> Entry:
+    """A zip entry that could not be extracted, as a note for the student it belongs to
+    (``rel``: its path in the class; ``folder``: its first part is a folder there)."""
+    note = f"{_shown(name)}: skipped, {why}"
+    raw, sname, a = UNKNOWN, "", None
+    m = MOODLE.match(rel[0]) if len(rel) > 1 else None
+    c = CANVAS.match(rel[0]) if rel else None
+    if m:
+        raw, sname, a = m.group("uid"), m.group("name"), catalog.by_name(rel[-1])[0]
+    elif c:
+        raw, sname, a = c.group("uid"), c.group("name").replace("_", " "), catalog.by_name(c.group("orig"))[0]
+    elif len(rel) > 1 or folder:
+        raw = rel[0]
+        a = rel[1] if len(rel) > 2 and rel[1] in catalog.notebooks else catalog.by_name(rel[-1])[0]
+    return Entry(raw, a or "(unknown)", None, student_name=sname, notes=[note])
+
+
+def _attach(entries: list[Entry], skip: Entry) -> None:
+    """A skipped file whose assignment is unknown goes on its student's rows, when there are any."""
+    mine = [e for e in entries if e.student_id == skip.student_id and skip.student_id != UNKNOWN]
+    if skip.assignment == "(unknown)" and mine:
+        for e in mine:
+            e.notes.extend(skip.notes)
+    else:
+        entries.append(skip)
+
+
+def _assign_ids(entries: list[Entry]) -> list[Entry]:
+    """Raw ids (folder names, LMS ids) -> distinct student ids: never two raw ids on one row.
+
+    A raw id that is already a usable id keeps it; the others are cleaned (:func:`safe_id`) and,
+    when that id is taken, get the first free ``-2``, ``-3``... suffix, with a note saying so.
+    """
+    raws = sorted({e.student_id for e in entries}, key=lambda r: (r == UNKNOWN, safe_id(r) != r, r))
+    base = {r: "unknown" if r == UNKNOWN else safe_id(r) for r in raws}
+    taken: set = set()
+    final, notes = {}, {}
+    for r in raws:
+        sid, n = base[r], 1
+        while sid in taken or (sid != base[r] and sid in base.values()):
+            n += 1
+            sid = f"{_cut(base[r], MAX_NAME_BYTES - len(str(n)) - 1)}-{n}"
+        taken.add(sid)
+        final[r] = sid
+        if r != UNKNOWN and sid != r:
+            why = (f"the name {_shown(r)!r} cannot be a file name as it is" if base[r] != r else
+                   f"another student's folder or LMS id is also {base[r]!r}")
+            notes[r] = f"{why}: graded as student {_shown(sid)!r}"
+    for e in entries:
+        raw = e.student_id
+        e.student_id = final[raw]
+        if raw in notes:
+            e.notes.insert(0, notes[raw])
+    return entries
 
 
 def _looks_like_student(d: Path, catalog: Catalog) -> bool:
@@ -178,16 +319,16 @@ def _lms_entry(f: Path, uid: str, name: str, catalog: Catalog, orig: str | None 
     if a is None:
         a = catalog.by_content(f)
         if a is None:
-            return Entry(safe_id(uid), "(unknown)", None, student_name=name,
+            return Entry(uid, "(unknown)", None, student_name=name,
                          notes=[f"{orig}: not a notebook of this course (unknown name, no course cells)"])
         notes.append(f"the file is named {orig}, expected {catalog.notebooks[a]}; "
                      "it was recognised by its cells and graded")
-    return Entry(safe_id(uid), a, f, student_name=name.replace("_", " "), notes=notes,
+    return Entry(uid, a, f, student_name=name.replace("_", " "), notes=notes,
                  rank=(n, f.stat().st_mtime))
 
 
 def _student_folder(d: Path, catalog: Catalog) -> list[Entry]:
-    sid = safe_id(d.name)
+    sid = d.name  # the raw id: _assign_ids makes the student ids
     out = []
     for sub in sorted(p for p in d.iterdir() if p.is_dir()):
         a = sub.name
@@ -215,15 +356,24 @@ def _student_folder(d: Path, catalog: Catalog) -> list[Entry]:
 
 
 def _latest(entries: list[Entry]) -> list[Entry]:
-    """One entry per (student, assignment): the latest resubmission."""
+    """One entry per (student, assignment): the latest resubmission. The notes of an entry
+    without a file (a skipped or missing one) stay on the row that is kept."""
     best: dict = {}
     for e in entries:
         key = (e.student_id, e.assignment)
         if e.assignment == "(unknown)":
             key = (e.student_id, e.assignment, len(best))
         cur = best.get(key)
-        if cur is None or (e.path is not None and (cur.path is None or e.rank > cur.rank)):
-            if cur is not None and cur.path is not None and e.path is not None:
-                e.notes.append(f"resubmitted: graded {e.path.name}, not the earlier {cur.path.name}")
+        if cur is None:
             best[key] = e
+            continue
+        if e.path is not None and (cur.path is None or e.rank > cur.rank):
+            if cur.path is not None:
+                e.notes.append(f"resubmitted: graded {e.path.name}, not the earlier {cur.path.name}")
+            keep, drop = e, cur
+        else:
+            keep, drop = cur, e
+        if drop.path is None:
+            keep.notes.extend(n for n in drop.notes if n not in keep.notes)
+        best[key] = keep
     return list(best.values())

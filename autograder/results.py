@@ -1,0 +1,148 @@
+"""The grader's result files, and what a run keeps of earlier runs into the same output folder.
+
+* ``grades.csv``: one row per student and assignment. A text cell that a spreadsheet would read
+  as a formula (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return, or their
+  full-width forms) gets a leading ``'``, as OWASP advises against CSV injection: student names
+  and file names come from students. The grader's numbers (scores, test counts) stay numbers.
+* ``results.json``: every outcome in full (``asdict`` of :class:`autograder.grade.Outcome`). It is
+  the store of earlier runs: grading into a folder that has one merges with it (:func:`merge`).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+CSV_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "message", "student_name",
+               "notebook", "tests_passed", "tests_total"]
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+NOT_SUBMITTED = "not submitted"  # the message of the rows autograder.grade._fill_class adds
+
+
+class EarlierResultsError(Exception):
+    """The output folder holds earlier results that cannot be read (exit code 2)."""
+
+
+def text_cell(value) -> str:
+    """A text cell safe to open in a spreadsheet: never read as a formula."""
+    s = "" if value is None else str(value)
+    return "'" + s if s.startswith(FORMULA_START) else s
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (a crash never leaves half a results file)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_csv(outcomes, path: Path) -> None:
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(CSV_COLUMNS)
+    for o in outcomes:
+        w.writerow([text_cell(o.student_id), text_cell(o.assignment), f"{o.score:g}", f"{o.max_score:g}",
+                    text_cell(o.status), text_cell(o.message), text_cell(o.student_name), text_cell(o.notebook),
+                    sum(bool(t.passed) for t in o.tests), len(o.tests)])
+    _write_atomic(path, buf.getvalue())
+
+
+def write_json(outcomes, path: Path) -> None:
+    _write_atomic(path, json.dumps([asdict(o) for o in outcomes], indent=1))
+
+
+def _known(cls, d: dict) -> dict:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
+def read_json(path: Path) -> list:
+    """The outcomes a run wrote to ``path`` (:func:`write_json`), as Outcome objects."""
+    from autograder.grade import Outcome, TestResult
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise EarlierResultsError(f"{path} cannot be read ({e})") from None
+    if not isinstance(data, list):
+        raise EarlierResultsError(f"{path} is not a list of results")
+    outcomes = []
+    for i, d in enumerate(data):
+        try:
+            if not (isinstance(d, dict) and isinstance(d.get("student_id"), str)
+                    and isinstance(d.get("assignment"), str) and isinstance(d.get("tests", []), list)):
+                raise TypeError("no student_id, assignment or tests")
+            o = Outcome(**_known(Outcome, d))
+            o.tests = [TestResult(**_known(TestResult, t)) for t in o.tests]
+            o.score, o.max_score = float(o.score), float(o.max_score)
+        except (TypeError, ValueError) as e:
+            raise EarlierResultsError(f"{path}: entry {i} is not a result ({e})") from None
+        outcomes.append(o)
+    return outcomes
+
+
+def earlier(out: Path) -> list | None:
+    """The rows earlier runs left in ``out`` (None: there are none). Refuses rather than losing them."""
+    out = Path(out)
+    store = out / "results.json"
+    if store.exists():
+        return read_json(store)
+    if (out / "grades.csv").exists():
+        raise EarlierResultsError(f"{out / 'grades.csv'} is there but {store.name}, which keeps the earlier "
+                                  "runs' rows, is not")
+    return None
+
+
+def _not_submitted(o) -> bool:
+    """A row the grader added because the student handed in nothing for that assignment."""
+    return o.status == "missing" and o.message == NOT_SUBMITTED and not o.notes
+
+
+def fill(outcomes) -> list:
+    """A 'not submitted' row for every student and every assignment anyone handed in, as
+    ``autograder.grade._fill_class`` does, with the tests of that assignment's other rows."""
+    from autograder.grade import Outcome, TestResult
+
+    names: dict = {}
+    for o in outcomes:
+        if o.student_name or o.student_id not in names:
+            names[o.student_id] = names.get(o.student_id) or o.student_name
+    like: dict = {}  # assignment -> a row to copy the notebook and tests from
+    for o in outcomes:
+        if o.notebook and len(o.tests) >= len(getattr(like.get(o.assignment), "tests", [])):
+            like[o.assignment] = o
+    seen = {(o.student_id, o.assignment) for o in outcomes}
+    added = []
+    for s, name in names.items():
+        for a, m in sorted(like.items()):
+            if (s, a) not in seen:
+                added.append(Outcome(s, a, name, notebook=m.notebook, max_score=m.max_score, status="missing",
+                                     message=NOT_SUBMITTED,
+                                     tests=[TestResult(t.grade_id, t.doc, 0.0, t.max_points, False, NOT_SUBMITTED)
+                                            for t in m.tests]))
+    return list(outcomes) + added
+
+
+def merge(before: list, now: list) -> tuple[list, list, int]:
+    """This run's rows over the earlier ones: (every row, the rows that are new or changed, how
+    many earlier rows were kept).
+
+    A row of this run replaces the earlier rows of the same student and assignment; a 'not
+    submitted' row of this run never replaces an earlier one (that student was simply not in
+    this download). Other students' and assignments' rows stay.
+    """
+    key = lambda o: (o.student_id, o.assignment)  # noqa: E731
+    handed_in = {key(o) for o in now if not _not_submitted(o)}
+    kept = [o for o in before if key(o) not in handed_in]
+    kept_keys = {key(o) for o in kept}
+    rows = kept + [o for o in now if key(o) not in kept_keys or not _not_submitted(o)]
+    rows = sorted(fill(rows), key=key)
+    old = {id(o) for o in kept}
+    return rows, [o for o in rows if id(o) not in old], len(kept)
