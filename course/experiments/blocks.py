@@ -126,15 +126,18 @@ def block_param_count(d_model: int, d_ff: int, norm: str = "layer", bias: bool =
     return attn + ffn + norms
 
 
-def gpt2_init(model: nn.Module, n_layers: int, std: float = 0.02, scale_residual: bool = True) -> None:
+def gpt2_init(model: nn.Module, n_layers: int, std: float = 0.02, scale_residual: bool = True,
+              zero_bias: bool = True) -> None:
     """GPT-2's initialization: weight matrices N(0, std^2), biases 0, norms untouched; with
     ``scale_residual`` the two projections that write into the residual stream (attention
-    out_proj, FFN second linear) get N(0, (std / sqrt(2 N))^2), N = number of blocks."""
+    out_proj, FFN second linear) get N(0, (std / sqrt(2 N))^2), N = number of blocks.
+    ``zero_bias=False`` leaves the biases as PyTorch initialized them (for comparison only)."""
     for name, p in model.named_parameters():
         if "norm" in name:
             continue
         if p.dim() < 2:
-            nn.init.zeros_(p)
+            if zero_bias:
+                nn.init.zeros_(p)
         elif scale_residual and (name.endswith("attn.out_proj.weight") or name.endswith("ffn.3.weight")):
             nn.init.normal_(p, 0.0, std / math.sqrt(2 * n_layers))
         else:
