@@ -220,3 +220,32 @@ def test_torch_compile_cannot_reach_a_blocked_kernel():
     while a compiled formula still runs."""
     res = _run_routes("--compile")
     assert res["compile"] == {"native_group_norm": "blocked", "formula": True}, res["compile"]
+
+
+BLOCKED_FIXTURE = r'''
+import sys
+sys.path.insert(0, "tests")
+from pathlib import Path
+from course.checks.ops import NORM_OPS, block_kernels
+from notebook_ns import code_ns, outcome
+block_kernels(NORM_OPS)  # as the harness does before any student code runs
+ns = code_ns("01_layernorm", Path(sys.argv[1]).read_text())
+for gid in sys.argv[2:]:
+    msg = outcome(gid, ns)
+    print("RESULT", gid, "passed" if msg is None else ("blocked" if "switched off" in msg else "failed"))
+'''
+
+
+@pytest.mark.layernorm
+@pytest.mark.parametrize("name", ["native_group_norm", "aten_group_norm_unrecorded"])
+def test_group_norm_cheats_lose_with_the_kernels_blocked(name):
+    """The B fixtures, run in-process with the kernels blocked as in the sandbox: even with the op
+    recorder switched off, the implementation checks fail because the kernel raises."""
+    from autograder.fixture_class import read_code_fixture
+    fx = read_code_fixture(ROOT / "tests" / "fixtures" / "hostile" / f"{name}.py")
+    proc = subprocess.run([sys.executable, "-c", BLOCKED_FIXTURE, str(ROOT / "tests" / "fixtures" / "hostile" / f"{name}.py"),
+                           *fx["loses"]], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(venv_env(), OMP_NUM_THREADS="1"), timeout=600)
+    results = dict(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    assert set(results) == set(fx["loses"]), proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert set(results.values()) == {"blocked"}, results

@@ -178,6 +178,12 @@ class Blocked:
         for mod, attr, original in reversed(self.patched):
             setattr(mod, attr, original)
         self.patched = []
+        _ACTIVE.discard(self)
+
+
+#: blocks in force: a torch.library.Library unregisters its kernels when it is garbage collected,
+#: so the handles are held here until released (dropping the handle does not lift the block)
+_ACTIVE: set = set()
 
 
 def block_kernels(names) -> Blocked:
@@ -190,10 +196,12 @@ def block_kernels(names) -> Blocked:
     one of those. Ops that exist only in Python (:data:`PYTHON_NORM_FUNCTIONS`) are replaced in
     ``torch.nn.functional``. Names this torch does not have are skipped.
 
-    The block lasts until ``release()`` on the returned handle (or the end of the process). A
-    second line of defence: the verdict does not depend on it.
+    The block lasts until ``release()`` on the returned handle (or the end of the process),
+    whether or not the caller keeps the handle. A second line of defence: the verdict does not
+    depend on it.
     """
     handle = Blocked()
+    _ACTIVE.add(handle)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Overriding a previously registered kernel", once per op
         for name in sorted(set(names)):
