@@ -117,3 +117,33 @@ def test_an_empty_output_fails_saying_how_many_were_expected(assignment, gid):
     with pytest.raises(CheckFailed, match=rf"expected {len(tree)} results from the probe, got 0"):
         with _quiet():
             verdict(get(gid), bad)
+
+
+EMPTY_CASES_RUN = r'''
+import sys
+sys.path.insert(0, "tests")
+from pathlib import Path
+from notebook_ns import code_ns, grade_ids, outcome
+ns = code_ns("01_layernorm", Path("tests/fixtures/hostile/empty_case_lists.py").read_text())
+for gid in grade_ids("01_layernorm"):
+    if not gid.endswith("_benchmark"):
+        try:
+            print("RESULT", gid, "passed" if outcome(gid, ns) is None else "failed")
+        except Exception as e:  # a judge tripping on the record: no points either
+            print("RESULT", gid, "error")
+'''
+
+
+@pytest.mark.layernorm
+def test_a_stub_that_empties_the_case_lists_earns_nothing_in_process():
+    """tests/fixtures/hostile/empty_case_lists.py, run the way a notebook's test cells run it (in a
+    subprocess: it rewrites course.checks' state). Before the judges counted, it passed 5 of them (9 of 15 points)."""
+    import subprocess
+    import sys
+
+    from course.release import ROOT, venv_env
+    proc = subprocess.run([sys.executable, "-c", EMPTY_CASES_RUN], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(venv_env(), OMP_NUM_THREADS="1"), timeout=600)
+    results = dict(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    assert len(results) == 7, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert set(results.values()) == {"failed"}, results  # failed with a message, not an error
