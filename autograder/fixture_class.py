@@ -4,6 +4,9 @@
   first line = what it does; ``assignment:``; ``loses: all`` or grade ids). Placeholders
   ``__REPO__``, ``__MARKER__``, ``__PORT__``, ``__OUTDIR__`` are filled in when the class is built.
 * ``hostile/notebooks.py``: cheating done by editing the notebook (test cells, metadata, outputs).
+* ``right/<assignment>/<name>.py`` with a line ``hostile class: yes`` in its docstring: honest code
+  that must earn what the reference earns here too (``loses: none``; e.g. code the static scan
+  must not mistake for a cheat).
 * ``broken/cases.py``: files that are not good notebooks, or missing, renamed, odd.
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.make_submission import add_cells, split_cells
 from course.release import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -55,13 +59,22 @@ def solved_dict(assignment: str, root: Path = ROOT) -> dict:
     return nb
 
 
+def _docstring(code: str) -> str:
+    """The fixture's docstring; a fixture with IPython syntax (``x = %pwd``) is not plain Python."""
+    try:
+        return ast.get_docstring(ast.parse(code)) or ""
+    except SyntaxError:
+        m = re.match(r'\s*(?:"""(.*?)"""|\'\'\'(.*?)\'\'\')', code, re.S)
+        return ((m.group(1) or m.group(2)) if m else "").strip()
+
+
 def read_code_fixture(path: Path) -> dict:
     code = Path(path).read_text()
-    doc = ast.get_docstring(ast.parse(code)) or ""
+    doc = _docstring(code)
     field = lambda k: (re.search(rf"^{k}:\s*(.+)$", doc, re.M) or [None, ""])[1].strip()  # noqa: E731
     loses = field("loses")
     return {"name": Path(path).stem, "summary": doc.strip().splitlines()[0], "assignment": field("assignment"),
-            "loses": "all" if loses == "all" else loses.split(), "code": code}
+            "loses": loses if loses in ("all", "none") else loses.split(), "code": code}
 
 
 def _write(dest: Path, student: str, assignment: str, name: str, content) -> None:
@@ -76,17 +89,21 @@ def _write(dest: Path, student: str, assignment: str, name: str, content) -> Non
 
 
 def with_code(nb: dict, code: str) -> dict:
-    """``code`` in the first answer cell, the other answer cells emptied (as make_submission does)."""
-    first = True
-    for c in nb["cells"]:
+    """``code`` in the first answer cell, the other answer cells emptied (as make_submission does);
+    the parts after ``# %% added cell`` lines become cells the student added after it."""
+    code, added = split_cells(code)
+    first = None
+    for i, c in enumerate(nb["cells"]):
         if c["cell_type"] == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution"):
-            c["source"] = code if first else "# (everything is in the first answer cell)"
-            first = False
+            c["source"] = code if first is None else "# (everything is in the first answer cell)"
+            first = i if first is None else first
+    if first is not None:
+        add_cells(nb["cells"], first, added, lambda src: json.loads(json.dumps(nbformat.v4.new_code_cell(src))))
     return nb
 
 
 def build(dest: Path, *, assignment: str = "01_layernorm", placeholders: dict | None = None,
-          kinds=("solution", "stub", "hostile", "structural", "broken"), root: Path = ROOT) -> list[Case]:
+          kinds=("solution", "stub", "hostile", "right", "structural", "broken"), root: Path = ROOT) -> list[Case]:
     """Write a class (nbgrader submitted layout) into ``dest``; return what each student must get."""
     dest = Path(dest)
     ph = {"__REPO__": str(root), "__MARKER__": "AUTOGRADER_MARKER", "__PORT__": "9", "__OUTDIR__": "/nonexistent"}
@@ -112,6 +129,13 @@ def build(dest: Path, *, assignment: str = "01_layernorm", placeholders: dict | 
                 code = code.replace(k, v)
             _write(dest, f"hostile-{fx['name']}", assignment, name, with_code(copy.deepcopy(release), code))
             cases.append(Case(f"hostile-{fx['name']}", assignment, "hostile", fx["summary"], fx["loses"]))
+    if "right" in kinds:
+        for p in sorted((FIXTURES / "right" / assignment).glob("*.py")):
+            fx = read_code_fixture(p)
+            if not re.search(r"^hostile class:\s*yes\s*$", _docstring(fx["code"]), re.M):
+                continue
+            _write(dest, f"right-{fx['name']}", assignment, name, with_code(copy.deepcopy(release), fx["code"]))
+            cases.append(Case(f"right-{fx['name']}", assignment, "right", fx["summary"], "none"))
     if "structural" in kinds:
         mod = runpy.run_path(str(FIXTURES / "hostile" / "notebooks.py"))
         for cname, fn, loses in mod["CASES"]:

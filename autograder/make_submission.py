@@ -15,6 +15,11 @@ A *code fixture* is a ``.py`` file whose docstring says what it is and what it m
 test's output must contain. :func:`submission_from_code` puts the whole file into the first
 solution cell of the released notebook and empties the other solution cells, which is what a
 student who wrote everything in one cell would hand in.
+
+A line ``# %% added cell`` starts a cell the student added (a scratch cell, no nbgrader
+metadata): what follows it, up to the next such line, becomes a new code cell right after the
+first solution cell (:func:`split_cells`). Run as one file (the in-process tests), the markers
+are comments and the code runs in the same order.
 """
 from __future__ import annotations
 
@@ -61,6 +66,22 @@ def fixtures(folder: Path) -> list[CodeFixture]:
     return [read_fixture(p) for p in sorted(Path(folder).glob("*/*.py"))]
 
 
+#: a line that starts a cell added by the student, in a code fixture
+ADDED_CELL = re.compile(r"^# %% added cell.*$", re.M)
+
+
+def split_cells(code: str) -> tuple[str, list[str]]:
+    """(the answer cell's code, the added cells' code) of a fixture (see ``# %% added cell``)."""
+    parts = ADDED_CELL.split(code)
+    return parts[0], [p.strip("\n") + "\n" for p in parts[1:]]
+
+
+def add_cells(cells: list, after: int, sources: list[str], new_cell) -> None:
+    """Insert ``new_cell(source)`` for each of ``sources`` after position ``after`` of ``cells``."""
+    for k, src in enumerate(sources, 1):
+        cells.insert(after + k, new_cell(src))
+
+
 def release_notebook(assignment: str, root: Path = ROOT) -> tuple[str, nbformat.NotebookNode]:
     """(notebook file name, notebook) of the released (student) version of an assignment."""
     paths = sorted((root / "exercises" / assignment).glob("*.ipynb"))
@@ -77,13 +98,15 @@ def submission_from_code(assignment: str, code: str, root: Path = ROOT) -> tuple
     """The released notebook with ``code`` as the student's answer (first solution cell)."""
     name, nb = release_notebook(assignment, root)
     nb = copy.deepcopy(nb)
-    first = True
-    for cell in nb.cells:
+    code, added = split_cells(code)
+    first = None
+    for i, cell in enumerate(nb.cells):
         if is_solution_cell(cell):
-            cell.source = code if first else "# (everything is defined in the first answer cell)"
-            first = False
-    if first:
+            cell.source = code if first is None else "# (everything is defined in the first answer cell)"
+            first = i if first is None else first
+    if first is None:
         raise ValueError(f"exercises/{assignment} has no solution cell")
+    add_cells(nb.cells, first, added, nbformat.v4.new_code_cell)
     return name, nb
 
 
