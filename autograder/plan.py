@@ -332,6 +332,94 @@ def _show(node) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+
+
+def _outer_parts(scope) -> list:
+    """What a scope node evaluates in the scope around it: decorators, defaults, bases,
+    annotations, a comprehension's first iterable."""
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        a = scope.args
+        parts = list(a.defaults) + [d for d in a.kw_defaults if d is not None]
+        if not isinstance(scope, ast.Lambda):
+            parts += list(scope.decorator_list) + ([scope.returns] if scope.returns else [])
+            parts += [x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
+                      if x is not None and x.annotation is not None]
+        return parts
+    if isinstance(scope, ast.ClassDef):
+        return list(scope.decorator_list) + list(scope.bases) + [k.value for k in scope.keywords]
+    return [scope.generators[0].iter]
+
+
+def _inner_parts(scope) -> list:
+    """What a scope node evaluates in its own scope."""
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return list(scope.body)
+    if isinstance(scope, ast.Lambda):
+        return [scope.body]
+    gens = scope.generators
+    parts = [g.target for g in gens] + [g.iter for g in gens[1:]] + [c for g in gens for c in g.ifs]
+    return parts + ([scope.key, scope.value] if isinstance(scope, ast.DictComp) else [scope.elt])
+
+
+def _direct(parts):
+    """The nodes of ``parts`` outside nested scopes, and the nested scope nodes themselves."""
+    todo, nodes, scopes = list(parts), [], []
+    while todo:
+        n = todo.pop()
+        if isinstance(n, _SCOPES):
+            scopes.append(n)
+            todo.extend(_outer_parts(n))
+            continue
+        nodes.append(n)
+        todo.extend(ast.iter_child_nodes(n))
+    return nodes, scopes
+
+
+def _free_globals(tree) -> set[str]:
+    """Module-level names the code in ``tree`` reads (a Module, or a def/class/lambda node):
+    loads at module level, and loads inside functions of names they do not bind themselves."""
+    out: set[str] = set()
+
+    def visit(parts, visible: frozenset, module: bool):
+        nodes, scopes = _direct(parts)
+        for n in nodes:
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in visible:
+                out.add(n.id)
+        for sc in scopes:
+            inner, _ = _direct(_inner_parts(sc))
+            declared = {g for n in inner if isinstance(n, ast.Global) for g in n.names}
+            local = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+            local |= {a.asname or a.name.split(".")[0] for n in inner if isinstance(n, (ast.Import, ast.ImportFrom))
+                      for a in n.names}
+            local |= {n.name for n in inner if isinstance(n, ast.ExceptHandler) and n.name}
+            _, nested = _direct(_inner_parts(sc))
+            local |= {n.name for n in nested if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+            if not isinstance(sc, ast.ClassDef) and hasattr(sc, "args"):
+                a = sc.args
+                local |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None}
+            local -= declared
+            if isinstance(sc, ast.ClassDef):  # a class body's names are not visible in its methods
+                visit_class(sc, visible, local)
+            else:
+                visit(_inner_parts(sc), visible | local, False)
+
+    def visit_class(sc, visible, local):
+        nodes, scopes = _direct(_inner_parts(sc))
+        for n in nodes:
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in visible | local:
+                out.add(n.id)
+        for inner in scopes:
+            visit([inner], visible, False)
+
+    if isinstance(tree, ast.Module):
+        visit(tree.body, frozenset(), True)
+    else:
+        visit([tree], frozenset(), True)
+    return out
+
+
 def _walk_here(node):
     """ast.walk that yields def, class and lambda nodes but not what is inside (graded code)."""
     todo = [node]
@@ -384,14 +472,9 @@ class _Scan:
                         self.imported.add(a.asname or a.name.split(".")[0])
             elif isinstance(node, ast.ExceptHandler) and node.name:
                 self.defined.add(node.name)
-        if answer:  # names an answer cell binds at its top level are graded, whoever rebinds them
-            for stmt in tree.body:
-                for node in ast.walk(stmt):
-                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                        self.graded_refs.add(node.id)
-                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        self.graded_refs.add(stmt.name)
-                        break
+        if answer:  # functions and classes an answer cell defines are graded, whoever rebinds them
+            self.graded_refs.update(stmt.name for stmt in tree.body
+                                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
 
     # ---- what an expression mentions -------------------------------------------------------------
 
@@ -406,10 +489,14 @@ class _Scan:
             parts = re.split(r"::|\.", v)
             if any(p in self.names or p in TORCH_INTERNALS for p in parts):
                 return repr(v)
-        if _CODE_HINT.search(v):
-            words = set(re.findall(r"[A-Za-z_]\w*", v))
-            classes = {c for c in NORM_CLASSES if re.search(rf"(\bnn\.|\bimport\s+|,\s*){c}\b", v)}
-            if words & (self.ops | TORCH_INTERNALS) or classes:
+        if _CODE_HINT.search(v) and len(v) < 100_000 and set(re.findall(r"[A-Za-z_]\w*", v)) & (
+                self.names | TORCH_INTERNALS):
+            try:
+                tree = ast.parse(v)
+            except (SyntaxError, ValueError):
+                return None  # prose ("compare with torch.nn.LayerNorm (reference)")
+            imports = [m for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for m in self._import(n)]
+            if imports or self.mentions(tree):
                 return f"code in a string ({v[:40]!r})"
         return None
 
@@ -478,13 +565,15 @@ class _Scan:
     # ---- graded code: everything counts --------------------------------------------------------
 
     def graded(self, tree, where: str) -> None:
+        self.graded_refs.update(_free_globals(tree))
         for n in ast.walk(tree):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-                self.graded_refs.add(n.id)
                 if n.id in EXEC_BUILTINS:
                     self.found.add(f"{n.id}()")
-            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
-                self.graded_refs.add(n.value)  # globals()["name"]
+            elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Call) \
+                    and isinstance(n.value.func, ast.Name) and n.value.func.id in NAMESPACE_CALLS \
+                    and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str):
+                self.graded_refs.add(n.slice.value)  # globals()["name"]
             elif isinstance(n, (ast.Import, ast.ImportFrom)):
                 self.found.update(self._import(n))
             elif isinstance(n, ast.Call):
@@ -614,7 +703,8 @@ class _Scan:
         for n in _walk_here(expr):
             if isinstance(n, ast.Lambda):
                 self.graded(n, where)
-            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in magic_text:
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in magic_text \
+                    and id(n) not in self.docstrings:
                 hit = self._string(n.value)
                 if hit and hit.startswith("code in a string"):
                     self.found.add(f"{hit} ({where})")

@@ -106,8 +106,12 @@ def test_honest_answer_cells_pass(code):
     "ref = nn.LayerNorm(8)\nmine = LayerNorm(ref.normalized_shape, eps=ref.eps)\n",
     "%timeit nn.LayerNorm(32)(x)\nr = %timeit -o -n 3 F.layer_norm(x, (32,))\n",
     "results = []\nresults.append(nn.LayerNorm(8)(x))\n",
+    "x = nn.LayerNorm(32)(torch.randn(4, 32))\nmu = x.mean(-1)\nweight = nn.LayerNorm(32).weight\nself = nn.LayerNorm(3)\n",
+    "eps = torch.nn.LayerNorm(8).eps\ndims = [t for t in nn.LayerNorm(8).normalized_shape]\n",
+    '"""Checks against torch.nn.LayerNorm (the reference)."""\nprint("compare with torch.nn.LayerNorm (reference):", 1)\n',
 ], ids=["compare", "assert", "getattr-in-loop", "eval-and-re", "harmless-helper", "shape-from-torch",
-        "timeit", "results-list"])
+        "timeit", "results-list", "names-graded-code-binds-itself", "names-graded-code-reads-as-attributes",
+        "prose-naming-torch"])
 def test_honest_scratch_cells_pass(cell):
     assert scan([LN], [cell]) == []
 
