@@ -3,7 +3,8 @@
 Per submission (one thread each, ``--jobs`` at a time, each driving one sandboxed process):
 
 1. read the student's file defensively and build the plan from the *released* notebook;
-2. run the harness in the sandbox: it executes the cells and writes one probe record per test;
+2. run the harness in the sandbox and walk it through the plan one step at a time
+   (:mod:`autograder.protocol`): it runs each cell and sends back one probe record per test;
 3. judge every test of the release here, in the trusted process: a record that is missing,
    malformed or fails its judge scores 0; a pass scores the cell's points. For checks that forbid
    torch's built-in normalizations, the student's source is also scanned (:func:`plan.scan_forbidden`).
@@ -13,26 +14,22 @@ The score never depends on anything the submission's process claims about itself
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
-import json
 import os
 import shutil
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import plan as planmod
 from autograder.ingest import Catalog, Entry, discover
-from autograder.outside import session
+from autograder import protocol
+from autograder.outside import measure
 from autograder.sandbox import HARNESS_IN, Limits, run_sandboxed
 
 ROOT = Path(__file__).resolve().parent.parent
-CSV_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "message", "student_name",
-               "notebook", "tests_passed", "tests_total"]
-
 
 @dataclass
 class TestResult:
@@ -104,30 +101,33 @@ def _served_detail(m: dict) -> dict:
             **{f"median s/call ({k})": f"{sorted(v)[len(v) // 2]:.3g}" for k, v in t.items() if v}}
 
 
-def judge_records(tests: list[planmod.Test], out: Path, code: list[str],
-                  served: dict | None = None) -> list[TestResult]:
-    """The verdict on each test, from the records in ``out`` (trusted side).
+def judge_records(tests: list[planmod.Test], records: dict, code, served: dict | None = None) -> list[TestResult]:
+    """The verdict on each test, from ``records`` (test index -> record, or a message saying why
+    there is none), in the trusted process.
 
+    ``code``: the student's cells for the static scan (:func:`plan.scan_forbidden`).
     ``served``: the benchmarks timed from here (:mod:`autograder.outside`), by test index. A
     benchmark passes only on those measurements; its record from the sandbox can only fail it
     (the student's module could not be built).
     """
     served = served or {}
-    from course.checks import CheckFailed, verdict, wire
+    from course.checks import CheckFailed, verdict
 
     results = []
     for t in tests:
         check = _check(t.grade_id)
         doc = check.doc if check else t.grade_id
-        path = out / f"test_{t.index}.json"
+        record = records.get(t.index)
         passed, msg, detail = False, "", {}
+        bench = t.grade_id.endswith("_benchmark")
         if check is None:
             msg = f"the grader has no check {t.grade_id!r} (instructor: is the course package complete?)"
-        elif not path.is_file():
+        elif record is None:
             msg = "this test did not run: the notebook stopped before it (crash, exit, or time limit)"
+        elif isinstance(record, str):
+            msg = record
         else:
             try:
-                record = wire.load(str(path))
                 if check.forbidden_ops:
                     seen = planmod.scan_forbidden(code, check.forbidden_ops)
                     if seen:
@@ -135,7 +135,6 @@ def judge_records(tests: list[planmod.Test], out: Path, code: list[str],
                             f"your code uses {', '.join(seen)}. This exercise asks you to compute the "
                             "normalization yourself from the formula, so implementation checks give no "
                             "points for torch's built-in (or for code that looks names up dynamically).")
-                bench = t.grade_id.endswith("_benchmark")
                 if bench and record.get("ok"):
                     m = served.get(t.index)
                     if not isinstance(m, dict):
@@ -152,7 +151,7 @@ def judge_records(tests: list[planmod.Test], out: Path, code: list[str],
                         else:
                             verdict(check, record)
                     finally:
-                        if t.grade_id.endswith("_benchmark"):
+                        if bench:
                             detail["report"] = buf.getvalue()[-3000:]
                 passed = True
             except CheckFailed as e:
@@ -162,22 +161,6 @@ def judge_records(tests: list[planmod.Test], out: Path, code: list[str],
         results.append(TestResult(t.grade_id, doc, t.points if passed else 0.0, t.points, passed, msg[:2000],
                                   detail))
     return results
-
-
-def _read_log(path: Path) -> list[dict]:
-    events = []
-    if not path.is_file():
-        return events
-    with open(path, "rb") as f:
-        data = f.read(4 << 20)
-    for line in data.splitlines():
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(ev, dict):
-            events.append(ev)
-    return events
 
 
 def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandbox: bool = True) -> Outcome:
@@ -208,47 +191,48 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.notes.extend(plan.notes)
 
     block = sorted(set().union(*[c.forbidden_ops for c in map(_check, [t.grade_id for t in tests]) if c]))
-    # The benchmark is timed from here, over a pipe (autograder/outside.py): the harness gets the
-    # write end of a reply pipe and answers this process's requests on its job pipe.
+    from course.checks.benchmark import SERVED
+    steps = [dict(st, served=st["grade_id"] in SERVED) if st["kind"] == "test" else st for st in plan.steps]
+    job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block}
+    step_s = max(limits.cell_s, 120.0) + protocol.STEP_GRACE_S
+    # Results come back over a pipe of their own (the protocol); the harness gets its write end.
     reply_r, reply_w = os.pipe()
-    served: dict = {}
-    job = {"steps": plan.steps, "cell_s": limits.cell_s, "block_ops": block, "serve_fd": reply_w}
+    box: dict = {}
 
     def on_start(proc):
         os.close(reply_w)  # only the sandbox holds the write end now: its exit means end-of-file
-        closed.append(reply_w)
-        session(proc.stdin, reply_r, served, limits.wall_s)
+        box["closed"] = True
+        box["tr"] = protocol.converse(proc.stdin, protocol.Channel(reply_r), steps, job,
+                                      step_s=step_s, measure=measure)
 
-    closed: list = []
-    box = Path(tempfile.mkdtemp(prefix="sub-", dir=scratch))
+    work = Path(tempfile.mkdtemp(prefix="sub-", dir=scratch)) if not sandbox else None
     try:
-        work, out = box / "work", box / "out"
-        work.mkdir(), out.mkdir()
-        res = run_sandboxed(["python", HARNESS_IN], work=work, out=out, limits=limits, sandbox=sandbox,
-                            stdin_data=(json.dumps(job) + "\n").encode(), course_dir=course.root / "course",
-                            on_start=on_start, pass_fds=(reply_w,))
-        o.wall_s = res.wall_s
-        o.output_tail = res.output[-4000:]
-        events = _read_log(out / "log.jsonl")
-        o.cell_errors = [{"label": str(e.get("label", ""))[:80], "error": str(e.get("error"))[:600]}
-                         for e in events if e.get("event") == "cell" and e.get("error")][:50]
-        done = any(e.get("event") == "done" for e in events)
-        o.tests = judge_records(tests, out, plan.student_code, served)
+        res = run_sandboxed(["python", HARNESS_IN, str(reply_w)], limits=limits, sandbox=sandbox,
+                            course_dir=course.root / "course", on_start=on_start, pass_fds=(reply_w,),
+                            scratch=work)
     finally:
-        for fd in (reply_r, reply_w):
-            if fd not in closed:
-                os.close(fd)
-                closed.append(fd)
-        shutil.rmtree(box, ignore_errors=True)
+        os.close(reply_r)
+        if not box.get("closed"):
+            os.close(reply_w)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+    tr = box.get("tr") or protocol.Transcript(broke="the notebook's process did not start")
+    o.wall_s = res.wall_s
+    o.output_tail = res.output[-4000:]
+    o.cell_errors = tr.cell_errors[:50]
+    o.tests = judge_records(tests, tr.records, plan.student_code, tr.served)
     o.score = sum(t.points for t in o.tests)
+    if tr.disk_full:
+        o.notes.append(f"your code filled the sandbox's writable space ({limits.tmp_mb} MB in the working "
+                       f"folder, {limits.tmp_mb} MB in /tmp); writes beyond that failed")
     if res.timed_out:
         o.status, o.message = "timeout", (f"the notebook ran longer than the {limits.wall_s:g} s allowed "
                                           "and was stopped; tests after that point scored 0")
-    elif not done:
+    elif not tr.finished:
         o.status, o.message = "crashed", ("the notebook's process ended before grading finished "
                                           f"(exit status {res.returncode}: your code exited, was killed "
-                                          "for using too much memory or CPU, or crashed Python); "
-                                          "tests after that point scored 0")
+                                          "for using too much memory or CPU, or crashed Python; "
+                                          f"the grader saw: {tr.broke}); tests after that point scored 0")
     else:
         failed = [t for t in o.tests if not t.passed]
         o.message = f"{len(o.tests) - len(failed)} of {len(o.tests)} tests passed"
@@ -314,17 +298,3 @@ def _fill_class(outcomes: list[Outcome], course: Course) -> list[Outcome]:
                                       False, "not submitted") for t in tests]
                 outcomes.append(o)
     return outcomes
-
-
-def write_csv(outcomes: list[Outcome], path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(CSV_COLUMNS)
-        for o in outcomes:
-            w.writerow([o.student_id, o.assignment, f"{o.score:g}", f"{o.max_score:g}", o.status,
-                        o.message, o.student_name, o.notebook, sum(t.passed for t in o.tests), len(o.tests)])
-
-
-def write_json(outcomes: list[Outcome], path: Path) -> None:
-    with open(path, "w") as f:
-        json.dump([asdict(o) for o in outcomes], f, indent=1)

@@ -1,18 +1,23 @@
-"""Runs INSIDE the sandbox: execute one submission's cells, probe the graded tests, write records.
+"""Runs INSIDE the sandbox: execute one submission's cells and probe the graded tests, one step
+at a time, as the grader asks (the protocol: :mod:`autograder.protocol`).
 
-Started as ``python /grader/harness.py`` with the job as one JSON line on stdin::
+Started as ``python /grader/harness.py REPLY_FD``. The job pipe (stdin) brings the job's settings
+as one JSON line, then one step per line::
 
-    {"steps": [{"kind": "cell", "label": ..., "source": ...},
-               {"kind": "test", "grade_id": ..., "index": i}, ...],
-     "cell_s": 120, "block_ops": ["native_layer_norm", ...]}
+    {"op": "step", "n": 0, "kind": "cell", "label": ..., "source": ...}
+    {"op": "step", "n": 5, "kind": "test", "grade_id": ..., "index": i, "served": false}
+    {"op": "end"}
 
-Cells run in order in IPython's ``InteractiveShell`` (magics work; no Jupyter kernel, no zmq):
-an error in a cell is logged and execution goes on, as with ``nbgrader autograde
---ExecutePreprocessor.allow_errors``. A test step never runs code from the notebook: the harness
-calls ``course.checks.collect`` on the namespace as it stands at that point and writes the record
-(``out/test_<i>.json`` + ``.npz``, :func:`course.checks.wire.dump`). Nothing here decides a score:
-the parent judges the records, and treats anything missing or malformed as a failure. Whatever a
-submission does to this process can only cost it points.
+Each step is answered with one frame on the reply pipe (``REPLY_FD``). Cells run in IPython's
+``InteractiveShell`` (magics work; no Jupyter kernel, no zmq): an error in a cell is reported and
+execution goes on, as with ``nbgrader autograde --ExecutePreprocessor.allow_errors``. A test step
+never runs code from the notebook: the harness calls ``course.checks.collect`` on the namespace as
+it stands and sends the record. Nothing here decides a score: the grader judges the records and
+treats anything missing, malformed or out of turn as a failure.
+
+Before any student code runs, the harness moves its pipes to high descriptor numbers, points
+stdin at ``/dev/null``, and makes torch's built-in normalization kernels raise for the exercises
+that forbid them.
 """
 import json
 import os
@@ -55,18 +60,49 @@ class CellTimeout(Exception):
     pass
 
 
+class Lines:
+    """JSON lines from the job pipe."""
+
+    def __init__(self, fd):
+        self.fd, self.buf = fd, b""
+
+    def next(self):
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+
+def _writable_full(paths=("/home/student", "/tmp")) -> bool:
+    """Whether a writable area of the sandbox is (nearly) full: the grader says so on the row."""
+    for p in paths:
+        try:
+            st = os.statvfs(p)
+        except OSError:
+            continue
+        if st.f_blocks and st.f_bavail * 50 < st.f_blocks:  # under 2% left
+            return True
+    return False
+
+
 def main():
-    job = json.loads(sys.stdin.buffer.readline())
-    out = os.environ.get("AUTOGRADER_OUT", "/grader/out")
-    # The job pipe stays ours; student code reading stdin gets end-of-file.
-    ctrl = os.dup(0)
+    import fcntl
+    import resource
+
+    # the pipes move to the top of the descriptor range, closed on exec; the student's stdin reads
+    # end-of-file
+    high = max(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 8)
+    reply = fcntl.fcntl(int(sys.argv[1]), fcntl.F_DUPFD_CLOEXEC, high)
+    ctrl = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, high)
+    os.close(int(sys.argv[1]))
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    log = open(os.path.join(out, "log.jsonl"), "a", buffering=1)
-
-    def note(**kw):
-        log.write(json.dumps(kw) + "\n")
+    lines = Lines(ctrl)
+    job = lines.next()
 
     sys.stdout = _CappedText(sys.stdout)
     sys.stderr = _CappedText(sys.stderr)
@@ -74,39 +110,42 @@ def main():
     # Everything the harness needs is imported and looked up before any student code runs.
     import course.checks as checks
     from course.checks import wire
-    collect, dump = checks.collect, wire.dump
-    serve_fd = job.get("serve_fd")  # the grader times the benchmark from outside (see _serve)
+    collect, record_frame, pack = checks.collect, wire.record_frame, wire.pack
+
+    def send(frame):
+        while frame:
+            frame = frame[os.write(reply, frame):]
+
     served = None
-    if isinstance(serve_fd, int):
-        try:
-            from course.checks.benchmark import SERVED, pack_frame
-            served = (SERVED, pack_frame, checks.Check, checks.CheckFailed)
-        except Exception:  # noqa: BLE001 -- no served benchmark: the grader says so
-            served = None
+    try:
+        from course.checks.benchmark import SERVED
+        served = (SERVED, wire.pack_value, checks.Check, checks.CheckFailed)
+    except Exception:  # noqa: BLE001 -- no served benchmark: the grader says so
+        served = None
     tests, load_error = {}, None
     try:
         checks.load_all()
+        tests = dict(checks.REGISTRY)
     except Exception as e:  # noqa: BLE001 -- the course package itself is broken: every test reports it
         load_error = f"the course's checks could not be imported: {type(e).__name__}: {e}"
-    for step in job["steps"]:
-        if step["kind"] == "test" and load_error is None:
-            try:
-                tests[step["grade_id"]] = checks.get(step["grade_id"])
-            except Exception:  # noqa: BLE001
-                pass
-    _block_ops(job.get("block_ops") or [])
+    blocked = _block_ops(job.get("block_ops") or [])
 
     from IPython.core.interactiveshell import InteractiveShell
     shell = InteractiveShell.instance(colors="NoColor")
     shell.user_ns["__name__"] = "__main__"
     cell_s = float(job.get("cell_s", 120))
     test_s = float(job.get("test_s", max(cell_s, 120)))
+    probed = {}  # name -> the objects the correctness tests found under it (the benchmark times those)
 
     def alarm(signum, frame):
         raise CellTimeout("the cell (or the test's run of your code) took longer than the time allowed")
 
-    note(event="start")
-    for i, step in enumerate(job["steps"]):
+    send(pack({"event": "hello"}))
+    while True:
+        step = lines.next()
+        if step is None or step.get("op") != "step":
+            break
+        n = step["n"]
         if step["kind"] == "cell":
             signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, cell_s)
@@ -117,61 +156,83 @@ def main():
                 err = e
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-            note(event="cell", i=i, label=step.get("label", ""),
-                 error=None if err is None else f"{type(err).__name__}: {str(err)[:500]}")
-        elif step["kind"] == "test":
-            gid = step["grade_id"]
-            check = tests.get(gid)
-            if check is None:
-                rec = {"ok": False, "error": "CheckFailed", "where": "",
-                       "message": load_error or f"no check is registered under grade id {gid!r}"}
-            elif served is not None and gid in served[0]:
-                signal.signal(signal.SIGALRM, alarm)
-                signal.setitimer(signal.ITIMER_REAL, test_s)
-                try:
-                    rec = _serve(gid, check, shell.user_ns, step["index"], ctrl, serve_fd, collect, served)
-                except BaseException as e:  # noqa: BLE001
-                    rec = {"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""}
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
+            send(pack({"event": "cell", "n": n, "full": _writable_full(),
+                       "error": None if err is None else f"{type(err).__name__}: {str(err)[:500]}"}))
+            continue
+        gid = step["grade_id"]
+        check = tests.get(gid)
+        bench = gid.endswith("_benchmark")
+        if check is None:
+            rec = {"ok": False, "error": "CheckFailed", "where": "",
+                   "message": load_error or f"no check is registered under grade id {gid!r}"}
+            if step.get("served"):
+                send(pack({"event": "ready", "n": n, "ok": False}))
+        else:
+            ns, pinned = shell.user_ns, None
+            if bench:
+                ns, pinned = _pinned(check, ns, probed)
             else:
-                if gid.endswith("_benchmark") and _LIB is not None:
-                    _LIB._destroy()  # the benchmark times torch's own op beside the student's
-                signal.signal(signal.SIGALRM, alarm)
-                signal.setitimer(signal.ITIMER_REAL, test_s)  # a probe (the benchmark) may need longer
-                try:
-                    rec = collect(check, shell.user_ns)
-                except BaseException as e:  # noqa: BLE001
-                    rec = {"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""}
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
+                for name in check.needs:
+                    probed.setdefault(name, []).append(ns.get(name))
+            signal.signal(signal.SIGALRM, alarm)
+            signal.setitimer(signal.ITIMER_REAL, test_s)  # a probe (the benchmark) may need longer
             try:
-                dump(rec, os.path.join(out, f"test_{step['index']}.json"))
-            except Exception as e:  # noqa: BLE001 -- e.g. a probe result that cannot be encoded
-                dump({"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""},
-                     os.path.join(out, f"test_{step['index']}.json"))
-            note(event="test", i=i, grade_id=gid)
-    note(event="done")
-    log.close()
+                if pinned:
+                    rec = {"ok": False, "error": "CheckFailed", "message": pinned, "where": ""}
+                    if step.get("served"):
+                        send(pack({"event": "ready", "n": n, "ok": False}))
+                elif step.get("served") and served is not None and gid in served[0]:
+                    rec = _serve(gid, check, ns, n, lines, send, collect, served)
+                else:
+                    if bench and blocked is not None:
+                        blocked.release()  # the notebook's benchmark times torch's own op beside the student's
+                    rec = collect(check, ns)
+            except BaseException as e:  # noqa: BLE001
+                rec = {"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""}
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            frame = record_frame(rec, {"event": "test", "n": n})
+        except Exception as e:  # noqa: BLE001 -- e.g. a probe result that cannot be encoded
+            frame = record_frame({"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""},
+                                 {"event": "test", "n": n})
+        send(frame)
+    send(pack({"event": "bye"}))
     sys.__stdout__.flush()
     os._exit(0)  # no atexit hooks, no finalizers a submission may have registered
 
 
-def _serve(gid, check, ns, index, ctrl, reply, collect, served):
+def _pinned(check, ns, probed):
+    """The namespace a benchmark sees: the objects the correctness tests checked, not whatever the
+    names point to now. ``(ns, None)``, or ``(ns, message)`` when the tests saw different objects."""
+    view = dict(ns)
+    for name in check.needs:
+        seen = probed.get(name)
+        if not seen:
+            continue
+        if any(obj is not seen[0] for obj in seen):
+            return ns, (f"{name} was redefined between the tests, so no single {name} passed them all: "
+                        f"the benchmark times only the {name} that every test checked. Define it once, "
+                        "before the tests, and run the notebook top to bottom")
+        view[name] = seen[0]
+    return view, None
+
+
+def _serve(gid, check, ns, n, lines, send, collect, served):
     """The benchmark, timed by the grader: build the student's module, then answer its requests.
 
-    Requests arrive as JSON lines on the job pipe (``ctrl``): ``{"op": "run", "seed": s, "k": k}``
-    (build the input from ``s``, call the module ``k`` times, each call on the previous call's
-    output, and send the last output: no two calls see the same input, so nothing can be cached),
-    ``{"op": "ping", "seed": s}`` (build the input, send zeros of the output's shape: the pipe's
-    cost), ``{"op": "end"}``. Replies are frames on ``reply`` (``pack_frame``). The grader's clock
-    runs from its request to the reply, and it checks every output against torch on the same seed,
-    so nothing here can make a submission look faster than it is. The torch kernels blocked for the
-    exercise stay blocked: only the student's module runs here.
+    Requests arrive as JSON lines on the job pipe: ``{"op": "run", "seed": s, "k": k}`` (build the
+    input from ``s``, call the module ``k`` times, each call on the previous call's output, and send
+    the last output: no two calls see the same input, so nothing can be cached), ``{"op": "ping",
+    "seed": s}`` (build the input, send zeros of the output's shape: the pipe's cost),
+    ``{"op": "end"}``. Replies are frames on the reply pipe. The grader's clock runs from its request
+    to the reply, and it checks every output against torch on the same seed, so nothing here can
+    make a submission look faster than it is. The torch kernels blocked for the exercise stay
+    blocked: only the student's module runs here.
     """
     import torch
 
-    SERVED, pack_frame, Check, CheckFailed = served
+    SERVED, pack_value, Check, CheckFailed = served
     spec = SERVED[gid]
     box = {}
 
@@ -185,29 +246,17 @@ def _serve(gid, check, ns, index, ctrl, reply, collect, served):
         return {"shape": list(y.shape)}
 
     rec = collect(Check(gid, check.doc, build, check.judge, needs=check.needs), ns)
-
-    def send(obj):
-        data = pack_frame(obj)
-        while data:
-            data = data[os.write(reply, data):]
-
-    send({"event": "ready", "grade_id": gid, "index": index, "ok": rec["ok"]})
+    from course.checks import wire
+    send(wire.pack({"event": "ready", "n": n, "ok": rec["ok"]}))
     if not rec["ok"]:
         return rec
     torch.set_num_threads(1)
     m = box["m"]
-    buf = b""
     while True:
-        while b"\n" not in buf:
-            chunk = os.read(ctrl, 4096)
-            if not chunk:
-                return rec
-            buf += chunk
-        line, buf = buf.split(b"\n", 1)
-        req = json.loads(line)
-        op = req.get("op")
-        if op == "end":
+        req = lines.next()
+        if req is None or req.get("op") == "end":
             return rec
+        op = req.get("op")
         try:
             x = spec.x(int(req["seed"]))
             if op == "ping":
@@ -217,44 +266,22 @@ def _serve(gid, check, ns, index, ctrl, reply, collect, served):
                 with torch.no_grad():
                     for _ in range(max(1, int(req.get("k", 1)))):
                         y = m(y)  # chained: each call's input is the last call's output
-            send({"y": y})
+            send(pack_value({"y": y}))
         except BaseException as e:  # noqa: BLE001 -- student code may raise anything
             if isinstance(e, (KeyboardInterrupt, CellTimeout)):
                 raise
-            send({"error": f"{type(e).__name__}: {str(e)[:500]}"})
+            send(pack_value({"error": f"{type(e).__name__}: {str(e)[:500]}"}))
 
 
 def _block_ops(names):
-    """Make torch's own kernels for ``names`` raise (the norm exercises forbid the built-ins).
-
-    A second line of defence only: the verdict does not depend on it (the parent scans the source).
-    """
+    """Make torch's own kernels for ``names`` raise (the norm exercises forbid the built-ins); a handle
+    whose ``release()`` undoes it, or None. A second line of defence: the verdict does not depend on
+    it (the grader scans the source, and judges values)."""
     if not names:
-        return
-    import warnings
+        return None
+    from course.checks.ops import block_kernels
+    return block_kernels(names)
 
-    import torch
-
-    def refuse(name):
-        def kernel(*args, **kwargs):
-            raise RuntimeError(f"torch's built-in {name} is switched off while grading this exercise: "
-                               "compute it from the formula")
-        return kernel
-
-    global _LIB
-    _LIB = torch.library.Library("aten", "IMPL")  # kept alive: dropping it unregisters the kernels
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name in names:
-            for key in ("CPU", "CompositeImplicitAutograd"):
-                try:
-                    _LIB.impl(name, refuse(name), key)
-                    break
-                except Exception:  # noqa: BLE001 -- op absent in this torch, or no kernel under that key
-                    continue
-
-
-_LIB = None
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,8 @@
 """The benchmark, timed from outside the submission's process (the grader holds the clock).
 
 When the harness reaches a benchmark cell it builds the student's module, says ``ready`` on the
-reply pipe and waits for requests on its job pipe (``harness._serve``). Here, in the grader:
+reply pipe and waits for requests on its job pipe (``harness._serve``); the conversation around
+it is :mod:`autograder.protocol`'s. Here, in the grader:
 
 1. ``ping`` a few times (build the input, send back zeros of the output's shape): the cost of a
    round trip without the student's work. The allowance taken off each round is the fastest
@@ -25,13 +26,12 @@ no time measured there is used.
 """
 from __future__ import annotations
 
-import json
-import os
 import secrets
-import select
 import statistics
 import struct
 import time
+
+from autograder.protocol import Channel, Closed, send
 
 TARGET_S = 0.05  # one round of the student's calls lasts about this long (torch's: a fifth of it)
 MAX_K = 200  # calls per round; chained, so values stay well within the tolerance
@@ -41,81 +41,6 @@ PINGS = 5
 TOL = 5e-3  # chained calls amplify rounding differences a little (measured: under 5e-5 at 200 calls)
 BUDGET_S = 120.0  # the whole benchmark, after which it is judged on the rounds it has (at least 3)
 REPLY_S = 60.0  # one reply
-
-
-class Closed(Exception):
-    """The harness went away (exit, crash, time limit) or broke the protocol."""
-
-
-class Channel:
-    """Frames from the harness's reply pipe, read with deadlines and size limits."""
-
-    def __init__(self, fd: int):
-        self.fd, self.buf = fd, b""
-
-    def _read(self, n: int, deadline: float) -> bytes:
-        while len(self.buf) < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            r, _, _ = select.select([self.fd], [], [], min(left, 5.0))
-            if not r:
-                continue
-            chunk = os.read(self.fd, 1 << 20)
-            if not chunk:
-                raise Closed("the notebook's process closed the pipe")
-            self.buf += chunk
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
-
-    def recv(self, timeout: float):
-        from course.checks.benchmark import FRAME_MAX, unpack_frame
-
-        deadline = time.monotonic() + timeout
-        nh, nb = struct.unpack("<II", self._read(8, deadline))
-        if nh > 1 << 20 or nb > FRAME_MAX:
-            raise Closed("an oversized message came back")
-        head = self._read(nh, deadline)
-        body = self._read(nb, deadline)
-        try:
-            return unpack_frame(head, body)
-        except Exception as e:  # noqa: BLE001 -- anything odd from the sandbox: a protocol error
-            raise Closed(f"a malformed message came back ({type(e).__name__})") from None
-
-
-def _send(stdin, obj) -> None:
-    try:
-        stdin.write((json.dumps(obj) + "\n").encode())
-        stdin.flush()
-    except (BrokenPipeError, OSError, ValueError):
-        raise Closed("the notebook's process is gone") from None
-
-
-def session(stdin, fd: int, results: dict, wall_s: float) -> None:
-    """``run_sandboxed``'s ``on_start``: answer every ``ready`` until the harness closes the pipe.
-
-    ``results[test index]``: the measurements (a dict for :func:`served_report`) or a message
-    saying why the benchmark failed (str).
-    """
-    ch = Channel(fd)
-    while True:
-        try:
-            msg = ch.recv(wall_s)
-        except (Closed, TimeoutError, struct.error):
-            return
-        if not (isinstance(msg, dict) and msg.get("event") == "ready" and isinstance(msg.get("index"), int)):
-            continue  # not a message of the protocol (or no longer in sync): ignored
-        if not msg.get("ok"):
-            continue  # the build failed: the harness's record says why
-        try:
-            results[msg["index"]] = measure(str(msg.get("grade_id")), stdin, ch)
-        except Closed as e:
-            results[msg["index"]] = f"the benchmark could not finish: {e}"
-            return
-        try:
-            _send(stdin, {"op": "end"})
-        except Closed:
-            return
 
 
 def _local(fn, x, k: int):
@@ -142,7 +67,8 @@ def measure(gid: str, stdin, ch: Channel):
 
     from course import bench
     from course.checks import CheckFailed
-    from course.checks.benchmark import LIMITS, SERVED, pack_frame, robust_ratio, unpack_frame
+    from course.checks import wire
+    from course.checks.benchmark import LIMITS, SERVED, robust_ratio
     from course.checks.compare import expect_close, expect_tensor
 
     spec = SERVED.get(gid)
@@ -162,7 +88,7 @@ def measure(gid: str, stdin, ch: Channel):
 
         def ask(req):
             t0 = time.perf_counter()
-            _send(stdin, req)
+            send(stdin, req)
             try:
                 rep = ch.recv(REPLY_S)
             except TimeoutError:
@@ -187,8 +113,9 @@ def measure(gid: str, stdin, ch: Channel):
             for _ in range(3):
                 t0 = time.perf_counter()
                 xx = spec.x(secrets.randbits(31))
-                f = pack_frame({"y": torch.zeros(shape)})
-                unpack_frame(f[8:8 + struct.unpack("<II", f[:8])[0]], f[8 + struct.unpack("<II", f[:8])[0]:])
+                f = wire.pack_value({"y": torch.zeros(shape)})
+                nh = struct.unpack("<II", f[:8])[0]
+                wire.unpack_value(f[8:8 + nh], f[8 + nh:])
                 est.append(time.perf_counter() - t0)
                 del xx
             pings = [ask({"op": "ping", "seed": secrets.randbits(31)})[0] for _ in range(PINGS)]

@@ -2,24 +2,32 @@
 
 What the sandbox is (``bwrap`` arguments built by :func:`bwrap_argv`):
 
+* an unprivileged user: when the grader runs as root, bwrap itself is started as a uid of its own
+  for each concurrent job (:data:`SANDBOX_UIDS`, no such user exists on the host), so nothing the
+  submission does acts as root anywhere, and files of the host (the venv, the course) are not its
+  own even where it can see them; inside, ``--cap-drop ALL``: no capability, so no remounting a
+  read-only bind, no unmounting what hides ``course/experiments``;
 * new namespaces for everything bwrap supports (``--unshare-all``: user, pid, net, ipc, uts,
   cgroup where possible): no network but a private loopback, its own pid 1, its own hostname;
 * a filesystem made of read-only binds of only what Python needs (``/usr``, the interpreter's
   prefix, the virtual environment, the ``course`` package), a fresh ``/proc``, a minimal ``/dev``,
-  a size-limited tmpfs on ``/tmp``, and two writable binds: a private working directory (the cwd,
-  also ``$HOME``) and an output directory for the records. The repository, ``solutions/``, the
-  gradebook, other students' files and the instructor's home are simply not there;
+  and two size-limited tmpfs, the only writable places: the working directory (``$HOME``) and
+  ``/tmp``. Nothing of the host is writable; the repository, ``solutions/``, the gradebook, other
+  students' files and the instructor's home are simply not there. Results leave over pipes only
+  (:mod:`autograder.protocol`);
 * ``--die-with-parent`` and ``--new-session``; the parent starts bwrap in its own process group
   and kills the group on timeout; killing the pid namespace's init kills every process in it;
 * rlimits set before exec (inherited by everything inside): address space, CPU seconds, number of
-  processes, file size, open files, no core dumps.
+  processes (enforced, since the uid is not root), file size, open files, no core dumps.
 
 Nothing here ever falls back to running without a sandbox: :func:`ensure_bwrap` raises
 :class:`SandboxUnavailable` with the reason, and the caller decides (the CLI's ``--no-sandbox``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import resource
 import shutil
 import signal
@@ -33,7 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = Path(__file__).resolve().parent / "harness.py"
 #: where things appear inside the sandbox
-WORK, OUT, HARNESS_IN = "/home/student", "/grader/out", "/grader/harness.py"
+WORK, HARNESS_IN = "/home/student", "/grader/harness.py"
+#: uids the sandbox runs as when the grader is root, one per concurrent job (none is a host user)
+SANDBOX_UIDS = range(61000, 61256)
 
 
 @dataclass
@@ -47,7 +57,7 @@ class Limits:
     nproc: int = 64  # RLIMIT_NPROC, processes and threads (above what the user already runs)
     fsize_mb: int = 256  # RLIMIT_FSIZE, largest file a process may write
     nofile: int = 256  # RLIMIT_NOFILE
-    tmp_mb: int = 256  # size of the tmpfs on /tmp
+    tmp_mb: int = 256  # size of the tmpfs on /tmp, and of the one on the working directory
     threads: int = 1  # OMP/MKL threads inside (parallelism comes from --jobs)
 
 
@@ -55,9 +65,9 @@ class SandboxUnavailable(RuntimeError):
     """bwrap is missing or cannot create namespaces here."""
 
 
-def _user_process_count() -> int:
-    """Processes and threads this user runs now: RLIMIT_NPROC counts them all, per real uid."""
-    uid, n = os.getuid(), 0
+def _user_process_count(uid: int) -> int:
+    """Processes and threads ``uid`` runs now: RLIMIT_NPROC counts them all, per real uid."""
+    n = 0
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
@@ -69,44 +79,45 @@ def _user_process_count() -> int:
     return n
 
 
-def _ro_binds() -> list[str]:
-    """Read-only binds: system dirs, the interpreter, the venv, the course package."""
-    paths = ["/usr", "/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"]
+def _ro_sources(course_dir: Path) -> list[tuple[str, str]]:
+    """(host path, path inside) of every read-only bind: system dirs, the interpreter, the venv,
+    the course package, the harness."""
+    pairs = [(p, p) for p in ("/usr", "/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives")]
     for p in {sys.base_prefix, sys.prefix, os.path.realpath(sys.base_prefix)}:
-        paths.append(p)
-    args = []
-    for p in paths:
-        if os.path.exists(p):
-            args += ["--ro-bind", p, p]
-    # Merged-/usr systems: /bin, /lib, /lib64 are links into /usr.
-    for name in ("bin", "lib", "lib64", "lib32", "sbin"):
-        p = f"/{name}"
-        if os.path.islink(p):
-            args += ["--symlink", os.readlink(p), p]
-        elif os.path.isdir(p):
-            args += ["--ro-bind", p, p]
-    return args
+        pairs.append((p, p))
+    # Merged-/usr systems have /bin, /lib, /lib64 as links into /usr (made with --symlink below).
+    pairs += [(f"/{n}", f"/{n}") for n in ("bin", "lib", "lib64", "lib32", "sbin")
+              if os.path.isdir(f"/{n}") and not os.path.islink(f"/{n}")]
+    # The course package at its own path, so an editable install's finder and PYTHONPATH both find
+    # it; its parent (the repository) appears as an empty folder holding only course/.
+    pairs.append((str(course_dir), str(course_dir)))
+    pairs.append((str(HARNESS), HARNESS_IN))
+    return [(src, dst) for src, dst in pairs if os.path.exists(src)]
 
 
-def bwrap_argv(work: Path, out: Path, limits: Limits, course_dir: Path = ROOT / "course") -> list[str]:
+def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool = False) -> list[str]:
+    """bwrap's arguments. ``staged``: the read-only sources are read from :func:`stage_dir` (bwrap
+    runs as an unprivileged uid that may not walk to them: see :func:`_preexec`)."""
     course_dir = Path(course_dir).resolve()
+    binds = []
+    for i, (src, dst) in enumerate(_ro_sources(course_dir)):
+        binds += ["--ro-bind", str(stage_dir() / str(i)) if staged else src, dst]
+    links = []
+    for n in ("bin", "lib", "lib64", "lib32", "sbin"):
+        if os.path.islink(f"/{n}"):
+            links += ["--symlink", os.readlink(f"/{n}"), f"/{n}"]
     return [
         shutil.which("bwrap") or "bwrap",
         "--unshare-all", "--unshare-user-try", "--unshare-cgroup-try",
-        "--die-with-parent", "--new-session",
+        "--die-with-parent", "--new-session", "--cap-drop", "ALL",
         "--hostname", "sandbox",
         # /tmp first: binds made after it may live under /tmp (a checkout or venv in /tmp/...)
         "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
-        *_ro_binds(),
+        *binds, *links,
         "--proc", "/proc", "--dev", "/dev",
-        "--bind", str(work), WORK,
-        "--bind", str(out), OUT,
-        # The course package at its own path, so an editable install's finder and PYTHONPATH both find it;
-        # its parent (the repository) appears as an empty folder holding only course/.
-        "--ro-bind", str(course_dir), str(course_dir),
-        # ...without the book's experiment code: its transformer block is close to exercise 04's answer
+        "--perms", "0700", "--size", str(limits.tmp_mb << 20), "--tmpfs", WORK,
+        # the book's experiment code stays hidden: its transformer block is close to exercise 04's answer
         *(["--tmpfs", str(course_dir / "experiments")] if (course_dir / "experiments").is_dir() else []),
-        "--ro-bind", str(HARNESS), HARNESS_IN,
         "--chdir", WORK,
         "--clearenv",
         "--setenv", "PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin",
@@ -119,14 +130,72 @@ def bwrap_argv(work: Path, out: Path, limits: Limits, course_dir: Path = ROOT / 
         "--setenv", "MPLBACKEND", "Agg",
         "--setenv", "OMP_NUM_THREADS", str(limits.threads),
         "--setenv", "MKL_NUM_THREADS", str(limits.threads),
-        "--setenv", "AUTOGRADER_OUT", OUT,
         "--",
     ]
 
 
-def _preexec(limits: Limits, nproc_base: int):
+_stage: list = []
+
+
+def stage_dir() -> Path:
+    """Empty mount points, one per read-only source, in a folder every user may walk through.
+
+    When the grader is root, the child that becomes bwrap first takes a private mount namespace
+    and binds each source onto its mount point here (:func:`_preexec`), then drops to the
+    sandbox's uid: the interpreter may live where that uid cannot walk (``/root/.pyenv``), yet
+    bwrap can reach it. The host never sees these mounts; the folder itself stays empty.
+    """
+    if not _stage:
+        import atexit
+        import tempfile
+        d = Path(tempfile.mkdtemp(prefix="autograde-stage-"))
+        d.chmod(0o755)
+        _stage.append(d)
+        atexit.register(shutil.rmtree, d, True)
+    d = _stage[0]
+    for i, (src, _) in enumerate(_ro_sources(ROOT / "course")):
+        p = d / str(i)
+        if not p.exists():
+            p.mkdir() if os.path.isdir(src) else p.touch()
+    return d
+
+
+_free_uids: queue.Queue = queue.Queue()
+for _u in SANDBOX_UIDS:
+    _free_uids.put(_u)
+
+
+@contextlib.contextmanager
+def sandbox_uid():
+    """A uid of its own for one sandbox while the grader is root (None otherwise: bwrap then runs
+    as the grader's own unprivileged user)."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    uid = _free_uids.get()
+    try:
+        yield uid
+    finally:
+        _free_uids.put(uid)
+
+
+def _preexec(limits: Limits, nproc_base: int, uid: int | None, stage: list[tuple[str, str]]):
+    if uid is not None:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 4096, 16384, 1 << 18
+
     def apply():
         os.setsid()  # own process group: the parent kills the whole group on timeout
+        if uid is not None:  # the grader is root: stage the sources, then run bwrap as ``uid``
+            if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+                raise OSError(ctypes.get_errno(), "cannot take a private mount namespace")
+            for src, point in stage:
+                if libc.mount(src.encode(), point.encode(), None, MS_BIND | MS_REC, None) != 0:
+                    raise OSError(ctypes.get_errno(), f"cannot stage {src}")
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
         mb = 1 << 20
         for res, val in (
             (resource.RLIMIT_AS, limits.memory_mb * mb),
@@ -157,32 +226,68 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_sandboxed(cmd: list[str], *, work: Path, out: Path, limits: Limits, sandbox: bool = True,
-                  stdin_data: bytes = b"", course_dir: Path = ROOT / "course",
-                  on_start=None, output_cap: int = 64 << 10, pass_fds: tuple = ()) -> Result:
+class _Tail(threading.Thread):
+    """Reads a pipe to its end, keeping only the last ``cap`` bytes: output never touches the disk."""
+
+    def __init__(self, fd: int, cap: int):
+        super().__init__(daemon=True)
+        self.fd, self.cap, self.data = fd, cap, bytearray()
+
+    def run(self):
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.data += chunk
+            if len(self.data) > 2 * self.cap:
+                del self.data[:-self.cap]
+        os.close(self.fd)
+
+    def text(self) -> str:
+        return bytes(self.data[-self.cap:]).decode("utf-8", "replace")
+
+
+def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, course_dir: Path = ROOT / "course",
+                  on_start=None, output_cap: int = 64 << 10, pass_fds: tuple = (),
+                  scratch: Path | None = None) -> Result:
     """Run ``cmd`` (paths as seen inside) in a fresh sandbox; return when it and its children are gone.
 
-    ``on_start(proc)`` (optional) runs in the calling thread after the job was written to stdin and
-    may talk to the process over its pipes (the benchmark protocol); the wall clock runs meanwhile.
-    ``pass_fds``: descriptors the process inherits under the same numbers (the benchmark's reply pipe).
+    ``on_start(proc)`` (optional) runs in the calling thread and talks to the process over its stdin
+    and the descriptors in ``pass_fds`` (inherited under the same numbers); the wall clock runs
+    meanwhile, and stdin is closed after it returns. ``scratch``: with ``sandbox=False`` only, the
+    host folder used as the working directory.
     """
-    work, out = Path(work), Path(out)
-    if sandbox:
-        argv = bwrap_argv(work, out, limits, course_dir) + cmd
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    else:  # --no-sandbox: the instructor asked for it explicitly; only the rlimits remain
-        argv = [cmd[0] if cmd[0] != "python" else sys.executable] + [
-            str(HARNESS) if c == HARNESS_IN else c for c in cmd[1:]]
-        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(work),
-               "PYTHONPATH": str(Path(course_dir).resolve().parent), "MPLBACKEND": "Agg",
-               "OMP_NUM_THREADS": str(limits.threads), "AUTOGRADER_OUT": str(out),
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
-    log_path = out.parent / (out.name + ".log")
-    t0 = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=str(work), env=env, close_fds=True, pass_fds=tuple(pass_fds),
-                                preexec_fn=_preexec(limits, _user_process_count()))
+    with sandbox_uid() as uid:
+        stage = []
+        if sandbox:
+            argv = bwrap_argv(limits, course_dir, staged=uid is not None) + cmd
+            if uid is not None:
+                stage = [(src, str(stage_dir() / str(i)))
+                         for i, (src, _) in enumerate(_ro_sources(Path(course_dir).resolve()))]
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+            cwd = "/"
+        else:  # --no-sandbox: the instructor asked for it explicitly; only the rlimits remain
+            argv = [cmd[0] if cmd[0] != "python" else sys.executable] + [
+                str(HARNESS) if c == HARNESS_IN else c for c in cmd[1:]]
+            env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(scratch),
+                   "PYTHONPATH": str(Path(course_dir).resolve().parent), "MPLBACKEND": "Agg",
+                   "OMP_NUM_THREADS": str(limits.threads),
+                   "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+            cwd, uid = str(scratch), None
+        out_r, out_w = os.pipe()
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
+                                    cwd=cwd, env=env, close_fds=True, pass_fds=tuple(pass_fds),
+                                    preexec_fn=_preexec(limits, _user_process_count(
+                                        uid if uid is not None else os.getuid()), uid, stage))
+        finally:
+            os.close(out_w)
+        tail = _Tail(out_r, output_cap)
+        tail.start()
         fired = []
 
         def expire():
@@ -193,11 +298,6 @@ def run_sandboxed(cmd: list[str], *, work: Path, out: Path, limits: Limits, sand
         timer.daemon = True
         timer.start()
         try:
-            try:
-                proc.stdin.write(stdin_data)
-                proc.stdin.flush()
-            except (BrokenPipeError, OSError):
-                pass
             if on_start is not None:
                 on_start(proc)
             try:
@@ -209,21 +309,16 @@ def run_sandboxed(cmd: list[str], *, work: Path, out: Path, limits: Limits, sand
             timer.cancel()
             _kill_group(proc)  # whatever is left of the group (the pid namespace is gone with bwrap)
             proc.wait()
-    wall = time.monotonic() - t0
-    timed_out = bool(fired)
-    size = log_path.stat().st_size
-    with open(log_path, "rb") as f:
-        if size > output_cap:
-            f.seek(size - output_cap)
-        tail = f.read().decode("utf-8", "replace")
-    return Result(proc.returncode, timed_out, wall, tail)
+            tail.join(5)
+    return Result(proc.returncode, bool(fired), time.monotonic() - t0, tail.text())
 
 
 _checked: dict = {}
 
 
-def ensure_bwrap() -> None:
-    """Raise :class:`SandboxUnavailable` unless bwrap can build the sandbox on this machine."""
+def ensure_bwrap(course_dir: Path = ROOT / "course") -> None:
+    """Raise :class:`SandboxUnavailable` unless bwrap can build the sandbox on this machine, as the
+    user it will run as, with the course's Python importable inside."""
     if "ok" in _checked:
         if not _checked["ok"]:
             raise SandboxUnavailable(_checked["why"])
@@ -232,18 +327,14 @@ def ensure_bwrap() -> None:
     if shutil.which("bwrap") is None:
         why = "bubblewrap (bwrap) is not installed: run `make system` (Debian package bubblewrap)"
     else:
-        import tempfile
-        with tempfile.TemporaryDirectory() as tmp:
-            work, out = Path(tmp, "w"), Path(tmp, "o")
-            work.mkdir(), out.mkdir()
-            try:
-                proc = subprocess.run(bwrap_argv(work, out, Limits()) + ["/bin/sh", "-c", "echo ok"],
-                                      capture_output=True, text=True, timeout=60)
-                if proc.returncode != 0 or proc.stdout.strip() != "ok":
-                    why = ("bwrap cannot create its namespaces on this machine "
-                           f"(exit {proc.returncode}): {proc.stderr.strip()[:500]}")
-            except subprocess.TimeoutExpired:
-                why = "bwrap did not start within 60 s"
+        probe = ["python", "-c", "import course.checks, torch, IPython; print('ok')"]
+        res = run_sandboxed(probe, limits=Limits(wall_s=120), course_dir=course_dir)
+        if res.returncode != 0 or res.output.strip().splitlines()[-1:] != ["ok"]:
+            who = "" if os.geteuid() != 0 else f" as the unprivileged uid {SANDBOX_UIDS[0]}"
+            why = (f"bwrap cannot run the course's Python in its sandbox{who} (exit {res.returncode}): "
+                   f"{res.output.strip()[-800:]}\n(Every folder on the way to the virtual environment "
+                   "and the course must be readable by that user, and unprivileged user namespaces "
+                   "must be allowed.)")
     _checked.update(ok=why is None, why=why)
     if why:
         raise SandboxUnavailable(

@@ -126,23 +126,16 @@ def test_sample_class_picks_fixtures_by_name(monkeypatch):
         sc.pick("cho_buggy", "02_rmsnorm")
 
 
-def test_sandbox_shows_the_checks_but_not_the_books_experiment_code(tmp_path):
+def test_sandbox_shows_the_checks_but_not_the_books_experiment_code():
     """course.checks is importable inside the sandbox; course.experiments (whose Block is close to
     exercise 04's answer) and solutions/ are not there."""
-    import subprocess
-    import sys
+    from autograder.sandbox import Limits, run_sandboxed
 
-    from autograder.sandbox import Limits, bwrap_argv
-
-    work, out = tmp_path / "work", tmp_path / "out"
-    work.mkdir()
-    out.mkdir()
     code = ("import importlib, os\n"
             "import course.checks\n"
             "try:\n    importlib.import_module('course.experiments.blocks'); print('experiments: visible')\n"
             "except ImportError:\n    print('experiments: hidden')\n"
             f"print('solutions:', os.path.exists({str(ROOT / 'solutions')!r}))\n")
-    proc = subprocess.run([*bwrap_argv(work, out, Limits()), sys.executable, "-c", code],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "experiments: hidden" in proc.stdout and "solutions: False" in proc.stdout, proc.stdout
+    res = run_sandboxed(["python", "-c", code], limits=Limits(wall_s=120))
+    assert res.returncode == 0, res.output
+    assert "experiments: hidden" in res.output and "solutions: False" in res.output, res.output

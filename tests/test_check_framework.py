@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import struct
 
 import numpy as np
 import pytest
@@ -53,19 +54,66 @@ def test_arbitrary_objects_become_bad_values(tmp_path):
         expect_close(back["y"], torch.ones(2), what="the output")
 
 
-def test_load_refuses_pickled_arrays(tmp_path):
-    path = tmp_path / "rec.json"
-    path.write_text(json.dumps({"ok": True, "out": {"tree": {"__tensor__": 0, "dtype": "torch.float32", "shape": [1]}, "n_arrays": 1}, "ops": []}))
-    np.savez(str(path) + ".npz", np.array([object()], dtype=object))
-    with pytest.raises(ValueError):
+def _frame(head: dict, body: bytes = b"") -> bytes:
+    h = json.dumps(head).encode()
+    return struct.pack("<II", len(h), len(body)) + h + body
+
+
+def test_load_refuses_an_object_array(tmp_path):
+    path = tmp_path / "rec.bin"
+    rec = {"ok": True, "out": {"tree": {"__tensor__": 0, "dtype": "torch.float32", "shape": [1]}, "n_arrays": 1}}
+    path.write_bytes(_frame({"msg": {"record": rec}, "arrays": [["|O", [1]]]}, b"\0" * 8))
+    with pytest.raises(wire.WireError, match="malformed array"):
         wire.load(str(path))
 
 
 def test_load_refuses_a_record_that_is_not_one(tmp_path):
-    path = tmp_path / "rec.json"
-    path.write_text("[1, 2, 3]")
+    path = tmp_path / "rec.bin"
+    path.write_bytes(_frame({"msg": [1, 2, 3], "arrays": []}))
     with pytest.raises(wire.WireError):
         wire.load(str(path))
+
+
+def test_a_frame_declaring_more_than_the_limit_is_refused_before_it_is_read():
+    """1.5 GB declared in 8 bytes: refused from the header, nothing allocated."""
+    with pytest.raises(wire.WireError, match="oversized"):
+        wire.frame_sizes(struct.pack("<II", 100, 1536 << 20))
+
+
+def test_arrays_must_add_up_to_the_body_exactly():
+    head = json.dumps({"msg": {}, "arrays": [["<f4", [1000, 1000, 1000]]]}).encode()
+    with pytest.raises(wire.WireError, match="larger than its body"):
+        wire.unpack(head, b"\0" * 64)
+    head = json.dumps({"msg": {}, "arrays": [["<f4", [2]]]}).encode()
+    with pytest.raises(wire.WireError, match="body is larger"):
+        wire.unpack(head, b"\0" * 64)
+
+
+def test_the_channel_refuses_a_submission_over_its_byte_budget():
+    """The grader's reader stops a submission that sends more than its budget, frame by frame."""
+    import os
+    import threading
+
+    from autograder.protocol import Channel, Closed
+    r, w = os.pipe()
+    frame = wire.pack({"event": "x"}, [np.zeros(1 << 16, dtype=np.float32)])
+
+    def writer():
+        try:
+            os.write(w, frame * 3)
+        except OSError:
+            pass  # the reader closed its end
+        os.close(w)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    ch = Channel(r, budget=2 * len(frame))
+    ch.recv_raw(5)
+    ch.recv_raw(5)
+    with pytest.raises(Closed, match="oversized"):
+        ch.recv_raw(5)
+    os.close(r)
+    t.join(5)
 
 
 @pytest.mark.parametrize("call", [

@@ -382,46 +382,6 @@ SERVED = {
                                           lambda seed: _input(TB_SHAPE, seed), "nn.TransformerEncoderLayer"),
 }
 
-#: frames on the reply pipe: 8-byte header (JSON length, npz length), JSON, npz (no pickle)
-FRAME_MAX = 64 << 20
-
-
-def pack_frame(obj) -> bytes:
-    """One message on the reply pipe: plain data (:mod:`course.checks.wire`), length-prefixed."""
-    import io
-    import json
-    import struct
-
-    import numpy as np
-
-    from course.checks import wire
-
-    enc = wire.encode(obj)
-    head = json.dumps({"tree": enc["tree"], "n_arrays": len(enc["arrays"])}).encode()
-    buf = io.BytesIO()
-    np.savez(buf, *enc["arrays"])
-    body = buf.getvalue()
-    return struct.pack("<II", len(head), len(body)) + head + body
-
-
-def unpack_frame(head: bytes, body: bytes):
-    """Inverse of :func:`pack_frame` (trusted side): strict, no pickle; raises on anything odd."""
-    import io
-    import json
-
-    import numpy as np
-
-    from course.checks import wire
-
-    meta = json.loads(head)
-    if not isinstance(meta, dict) or not isinstance(meta.get("n_arrays"), int):
-        raise wire.WireError("malformed message")
-    with np.load(io.BytesIO(body), allow_pickle=False) as z:
-        arrays = [z[f"arr_{i}"] for i in range(meta["n_arrays"])]
-    if any(a.dtype.kind not in "fiub" for a in arrays):
-        raise wire.WireError("message array of a non-numeric dtype")
-    return wire.decode({"tree": meta["tree"], "arrays": arrays})
-
 
 def served_report(out: dict) -> None:
     """Print the grader-measured table and raise :class:`CheckFailed` above the limit.

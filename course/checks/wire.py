@@ -4,13 +4,24 @@ A probe returns tensors, numbers, strings, booleans and ``None``, nested in dict
 and lists. :func:`encode` turns that into JSON-able data plus numpy arrays, refusing anything
 else: a tensor subclass that overrides ``__eq__`` or lies about its shape is rejected here,
 not trusted. :func:`decode` rebuilds torch tensors with their original dtype (bfloat16 and
-float16 travel as exact float32 copies). :func:`dump`/:func:`load` write and read one record
-as a JSON file and an ``.npz`` beside it, never with pickle.
+float16 travel as exact float32 copies).
+
+Between the grading sandbox and the grader, messages travel as *frames* on a pipe
+(:func:`pack` / :func:`unpack`)::
+
+    <head length: u32 LE> <body length: u32 LE> <head: JSON> <body: raw array bytes>
+
+The head is ``{"msg": <JSON>, "arrays": [[numpy dtype str, shape], ...]}``; the body is the
+arrays' bytes back to back. The reader learns a frame's size from its first 8 bytes, before it
+reads or allocates anything, so it can refuse an oversized frame outright; nothing is compressed
+and nothing is unpickled; every array's declared size must add up to the body exactly.
+:func:`dump`/:func:`load` keep one record in a file, in the same format.
 """
 from __future__ import annotations
 
 import json
-import os
+import math
+import struct
 
 import numpy as np
 import torch
@@ -20,6 +31,10 @@ DTYPES = {str(d): d for d in (torch.float64, torch.float32, torch.float16, torch
                               torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
 MAX_ELEMENTS = 50_000_000  # in one record, all arrays together
 MAX_STRING = 4000
+#: numpy dtypes an array on the wire may have (what :func:`encode` produces)
+WIRE_DTYPES = frozenset(np.dtype(t).str for t in ("<f8", "<f4", "<i8", "<i4", "<i2", "i1", "u1", "?"))
+HEAD_MAX = 1 << 20  # one frame's JSON head
+FRAME_MAX = 64 << 20  # one frame's arrays; the grader also bounds a submission's frames together
 
 
 class WireError(ValueError):
@@ -107,39 +122,111 @@ def decode(encoded):
     return dec(encoded["tree"])
 
 
-def dump(record: dict, path: str) -> None:
-    """Write a record (from :func:`course.checks.collect`) as ``path`` (JSON) and ``path + '.npz'``."""
+def pack(msg, arrays=()) -> bytes:
+    """One frame: ``msg`` (JSON-able) and numpy ``arrays`` (the dtypes of :data:`WIRE_DTYPES`)."""
+    metas, parts = [], []
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        if a.dtype.str not in WIRE_DTYPES:
+            raise WireError(f"an array of dtype {a.dtype} cannot travel")
+        metas.append([a.dtype.str, list(a.shape)])
+        parts.append(a.tobytes())
+    head = json.dumps({"msg": msg, "arrays": metas}).encode()
+    body = b"".join(parts)
+    if len(head) > HEAD_MAX or len(body) > FRAME_MAX:
+        raise WireError("the message is too large to send")
+    return struct.pack("<II", len(head), len(body)) + head + body
+
+
+def frame_sizes(prefix: bytes, max_body: int = FRAME_MAX) -> tuple[int, int]:
+    """(head length, body length) from a frame's first 8 bytes; refuses sizes over the limits."""
+    nh, nb = struct.unpack("<II", prefix)
+    if nh > HEAD_MAX or nb > max_body:
+        raise WireError(f"an oversized message ({nh + nb} bytes)")
+    return nh, nb
+
+
+def unpack(head: bytes, body: bytes):
+    """Inverse of :func:`pack` (trusted side): ``(msg, arrays)``, or :class:`WireError`."""
+    try:
+        meta = json.loads(head)
+    except (ValueError, UnicodeDecodeError):
+        raise WireError("a message head that is not JSON") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("arrays"), list) or "msg" not in meta:
+        raise WireError("a malformed message")
+    arrays, pos = [], 0
+    for spec in meta["arrays"]:
+        if not (isinstance(spec, list) and len(spec) == 2 and spec[0] in WIRE_DTYPES
+                and isinstance(spec[1], list) and len(spec[1]) <= 16
+                and all(type(d) is int and d >= 0 for d in spec[1])):
+            raise WireError("a malformed array in a message")
+        dtype = np.dtype(spec[0])
+        count = math.prod(spec[1])
+        size = count * dtype.itemsize
+        if pos + size > len(body):
+            raise WireError("a message's arrays are larger than its body")
+        arrays.append(np.frombuffer(body, dtype=dtype, count=count, offset=pos).reshape(spec[1]).copy())
+        pos += size
+    if pos != len(body):
+        raise WireError("a message's body is larger than its arrays")
+    return meta["msg"], arrays
+
+
+def pack_value(value) -> bytes:
+    """A frame holding any probe-style value (tensors nested in dicts and lists)."""
+    enc = encode(value)
+    return pack({"tree": enc["tree"]}, enc["arrays"])
+
+
+def unpack_value(head: bytes, body: bytes):
+    msg, arrays = unpack(head, body)
+    if not isinstance(msg, dict) or "tree" not in msg:
+        raise WireError("a malformed message")
+    return decode({"tree": msg["tree"], "arrays": arrays})
+
+
+def record_frame(record: dict, extra: dict | None = None) -> bytes:
+    """A probe record (from :func:`course.checks.collect`) as a frame; ``extra`` joins its head."""
     rec = dict(record)
     arrays = []
-    if rec.get("ok") and "out" in rec:
+    if rec.get("ok") and isinstance(rec.get("out"), dict):
         arrays = rec["out"]["arrays"]
         rec["out"] = {"tree": rec["out"]["tree"], "n_arrays": len(arrays)}
-    with open(path, "w") as f:
-        json.dump(rec, f)
-    np.savez(path + ".npz", *arrays)
+    return pack({**(extra or {}), "record": rec}, arrays)
 
 
-def load(path: str, max_bytes: int = 1 << 31) -> dict:
-    """Read a record written by :func:`dump`, strictly: no pickle, bounded size, known keys."""
-    if os.path.getsize(path) > 64 << 20:
-        raise WireError("record file too large")
-    with open(path) as f:
-        rec = json.load(f)
+def check_record(rec, arrays: list) -> dict:
+    """A record read from a frame, checked strictly: the shape :func:`course.checks.verdict` takes."""
     if not isinstance(rec, dict) or not isinstance(rec.get("ok"), bool):
         raise WireError("not a probe record")
     if rec["ok"]:
         out = rec.get("out")
-        if not isinstance(out, dict) or not isinstance(out.get("n_arrays"), int):
+        if not isinstance(out, dict) or out.get("n_arrays") != len(arrays):
             raise WireError("probe record without its output")
-        npz = path + ".npz"
-        if os.path.getsize(npz) > max_bytes:
+        if sum(a.size for a in arrays) > MAX_ELEMENTS:
             raise WireError("record arrays too large")
-        with np.load(npz, allow_pickle=False) as z:
-            arrays = [z[f"arr_{i}"] for i in range(out["n_arrays"])]
-        for a in arrays:
-            if a.dtype.kind not in "fiub":
-                raise WireError("record array of a non-numeric dtype")
-        rec["out"] = {"tree": out["tree"], "arrays": arrays}
+        rec = {**rec, "out": {"tree": out.get("tree"), "arrays": arrays}}
         if not isinstance(rec.get("ops", []), list):
             raise WireError("bad ops list")
+    elif arrays:
+        raise WireError("a failed record with arrays")
     return rec
+
+
+def dump(record: dict, path: str) -> None:
+    """Write a record as one frame in a file (tests, debugging)."""
+    with open(path, "wb") as f:
+        f.write(record_frame(record))
+
+
+def load(path: str, max_bytes: int = FRAME_MAX) -> dict:
+    """Read a record written by :func:`dump`, strictly: sizes checked before anything is read."""
+    with open(path, "rb") as f:
+        nh, nb = frame_sizes(f.read(8), max_bytes)
+        head, body = f.read(nh), f.read(nb)
+        if len(head) != nh or len(body) != nb or f.read(1):
+            raise WireError("a record file whose size does not match its header")
+    msg, arrays = unpack(head, body)
+    if not isinstance(msg, dict):
+        raise WireError("not a probe record")
+    return check_record(msg.get("record"), arrays)

@@ -1,0 +1,164 @@
+"""The grader's side of the conversation with one sandboxed notebook (the harness's is in
+``harness.py``). Everything the sandbox says arrives here, over pipes, bounded; nothing is read
+from files the sandbox could write.
+
+Two pipes:
+
+* the *job pipe* (the harness's stdin): the grader writes JSON lines. First the job's settings,
+  then one ``{"op": "step", "n": n, ...}`` at a time (a cell to run or a test to probe), and
+  ``{"op": "end"}`` after the last step. The benchmark's requests travel here too
+  (:mod:`autograder.outside`).
+* the *reply pipe*: the harness writes frames (:func:`course.checks.wire.pack`): ``hello`` once,
+  then exactly one answer per step (``cell`` with the error it raised, if any; ``test`` with the
+  probe's record; ``ready`` first for a benchmark the grader times), ``bye`` after ``end``.
+
+The grader sends step ``n + 1`` only after the answer to step ``n`` came, in order, naming ``n``.
+A run *finished* when every step was answered and ``bye`` came. A submission that exits, crashes,
+is killed, or writes anything out of turn stops the conversation there: the steps it did not
+answer score nothing, and its row says it did not finish. Every byte read counts against one
+budget per submission (:data:`BUDGET`), and no frame over :data:`course.checks.wire.FRAME_MAX` is
+read at all.
+
+Code in the sandbox runs in the same process as the harness and could, in principle, write frames
+itself. What it could say is limited to what the protocol carries: records (judged here against
+torch, so a forged record earns points only by holding the right answer), a cell's error text
+(shown in the feedback as what the student's code raised) and the order of events (checked here).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import time
+from dataclasses import dataclass, field
+
+from course.checks import wire
+
+BUDGET = 256 << 20  # bytes one submission may send back, all frames together
+STEP_GRACE_S = 30.0  # beyond the harness's own cell alarm, before the grader stops waiting
+
+
+class Closed(Exception):
+    """The harness went away (exit, crash, time limit) or broke the protocol."""
+
+
+class Channel:
+    """Frames from the harness's reply pipe, read with deadlines, a size limit per frame and a
+    byte budget for the whole submission."""
+
+    def __init__(self, fd: int, budget: int = BUDGET):
+        self.fd, self.left = fd, budget
+        self.buf = bytearray()
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            r, _, _ = select.select([self.fd], [], [], min(left, 5.0))
+            if not r:
+                continue
+            chunk = os.read(self.fd, min(1 << 20, max(n - len(self.buf), 1 << 16)))
+            if not chunk:
+                raise Closed("the notebook's process closed the pipe")
+            self.buf += chunk
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def recv_raw(self, timeout: float) -> tuple[object, list]:
+        """``(msg, arrays)`` of the next frame."""
+        deadline = time.monotonic() + timeout
+        try:
+            nh, nb = wire.frame_sizes(self._read(8, deadline), min(wire.FRAME_MAX, max(self.left, 0)))
+        except wire.WireError as e:
+            raise Closed(f"{e}, over what one submission may send back") from None
+        self.left -= 8 + nh + nb
+        head, body = self._read(nh, deadline), self._read(nb, deadline)
+        try:
+            return wire.unpack(head, body)
+        except wire.WireError as e:
+            raise Closed(f"a malformed message came back ({e})") from None
+
+    def recv(self, timeout: float):
+        """The next frame as a value (tensors rebuilt): what :func:`course.checks.wire.pack_value` sent."""
+        msg, arrays = self.recv_raw(timeout)
+        try:
+            if not isinstance(msg, dict) or "tree" not in msg:
+                raise wire.WireError("not a value")
+            return wire.decode({"tree": msg["tree"], "arrays": arrays})
+        except Exception as e:  # noqa: BLE001 -- anything odd from the sandbox: a protocol error
+            raise Closed(f"a malformed message came back ({type(e).__name__})") from None
+
+
+def send(stdin, obj) -> None:
+    try:
+        stdin.write((json.dumps(obj) + "\n").encode())
+        stdin.flush()
+    except (BrokenPipeError, OSError, ValueError):
+        raise Closed("the notebook's process is gone") from None
+
+
+@dataclass
+class Transcript:
+    """What the conversation established (all decided on the grader's side)."""
+
+    answered: int = 0  # steps answered, in order
+    finished: bool = False  # every step answered and ``bye`` received
+    records: dict = field(default_factory=dict)  # test index -> record (checked shape)
+    served: dict = field(default_factory=dict)  # test index -> benchmark measurement or message
+    cell_errors: list = field(default_factory=list)  # {"label", "error"}
+    disk_full: bool = False  # a cell ended with the sandbox's writable space full
+    broke: str = ""  # why the conversation stopped early, in the grader's words
+
+
+def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float, measure) -> Transcript:
+    """Drive one notebook through ``steps``; returns when it is done, gone or out of protocol.
+
+    ``measure(grade_id, stdin, ch)``: times a served benchmark (:func:`autograder.outside.measure`).
+    """
+    tr = Transcript()
+
+    def expect(kind, n, timeout):
+        msg, arrays = ch.recv_raw(timeout)
+        if not (isinstance(msg, dict) and msg.get("event") == kind and msg.get("n") == n):
+            what = msg.get("event") if isinstance(msg, dict) else type(msg).__name__
+            raise Closed(f"the notebook's process sent {str(what)[:40]!r} out of turn (expected {kind})")
+        return msg, arrays
+
+    try:
+        send(stdin, job)
+        expect("hello", None, step_s)
+        for n, step in enumerate(steps):
+            send(stdin, {"op": "step", "n": n, **step})
+            if step["kind"] == "cell":
+                msg, _ = expect("cell", n, step_s)
+                if msg.get("error"):
+                    tr.cell_errors.append({"label": str(step.get("label", ""))[:80],
+                                           "error": str(msg["error"])[:600]})
+                tr.disk_full = tr.disk_full or msg.get("full") is True
+            else:
+                index = step["index"]
+                if step.get("served"):
+                    ready, _ = expect("ready", n, step_s)
+                    if ready.get("ok") is True:
+                        try:
+                            tr.served[index] = measure(step["grade_id"], stdin, ch)
+                        except Closed as e:
+                            tr.served[index] = f"the benchmark could not finish: {e}"
+                            raise
+                        send(stdin, {"op": "end"})
+                msg, arrays = expect("test", n, step_s)
+                try:
+                    tr.records[index] = wire.check_record(msg.get("record"), arrays)
+                except wire.WireError as e:
+                    tr.records[index] = f"the result of your code could not be read ({e})"
+            tr.answered = n + 1
+        send(stdin, {"op": "end"})
+        expect("bye", None, step_s)
+        tr.finished = True
+    except TimeoutError:
+        tr.broke = "no answer from the notebook's process in time"
+    except Closed as e:
+        tr.broke = str(e)
+    return tr
