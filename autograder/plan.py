@@ -42,7 +42,8 @@ class Plan:
     steps: list[dict]  # for the harness: cells and tests, in order
     tests: list[Test]
     notes: list[str] = field(default_factory=list)  # things the feedback should say (missing answers...)
-    student_code: list[str] = field(default_factory=list)  # cells the student wrote, for the static scan
+    answer_code: list[str] = field(default_factory=list)  # the student's answer cells, for the static scan
+    added_code: list[str] = field(default_factory=list)  # cells the student added, likewise
 
 
 def _source(cell) -> str:
@@ -167,13 +168,13 @@ def make_plan(release: list[dict], student: list[dict]) -> Plan:
     for d in sorted(dupes):
         notes.append(f"the answer cell {d} appears more than once; the first copy was graded")
 
-    steps, tests, code = [], [], []
+    steps, tests, answer_code, added_code = [], [], [], []
     first_answer = next((j for j, c in enumerate(release) if c["role"] == "answer"), len(release))
 
     def add_extra(j):
         for src in added.get(j, []):
             steps.append({"kind": "cell", "label": "a cell you added", "source": src})
-            code.append(src)
+            added_code.append(src)
 
     n_test = 0
     for j, c in enumerate(release):
@@ -184,7 +185,7 @@ def make_plan(release: list[dict], student: list[dict]) -> Plan:
         elif c["role"] == "answer":
             if j in answers:
                 steps.append({"kind": "cell", "label": c["grade_id"] or "answer", "source": answers[j]})
-                code.append(answers[j])
+                answer_code.append(answers[j])
             else:
                 notes.append(f"your notebook has no answer cell {c['grade_id'] or c['id']} "
                              "(deleted, or its metadata changed); nothing ran in its place")
@@ -197,7 +198,7 @@ def make_plan(release: list[dict], student: list[dict]) -> Plan:
             add_extra(j)
     if first_answer == len(release):
         add_extra(-1)
-    return Plan(steps=steps, tests=tests, notes=notes, student_code=code)
+    return Plan(steps=steps, tests=tests, notes=notes, answer_code=answer_code, added_code=added_code)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -241,8 +242,10 @@ NORM_CLASSES = frozenset({"LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", 
 EXEC_BUILTINS = frozenset({"exec", "eval", "compile", "__import__"})
 #: torch's internal reference implementations: they compute every built-in from primitives
 TORCH_INTERNALS = frozenset({"_refs", "_decomp", "_prims"})
-#: attributes that reach around ordinary lookups
-REACH_ATTRS = frozenset({"__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__"})
+#: attributes and functions that reach objects around the names in the code (a module's namespace,
+#: every live object, a class's subclasses...)
+REACH_ATTRS = frozenset({"__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__", "__dict__",
+                         "get_objects", "get_referents", "get_referrers", "getmembers", "getattr_static"})
 #: namespaces looked up by a computed key: ``globals()[name]``, ``vars(m)[name]``...
 NAMESPACE_CALLS = frozenset({"globals", "vars", "locals"})
 #: methods that write into a mapping or an object
@@ -262,6 +265,7 @@ _PATH_STRING = re.compile(r"^[A-Za-z_][\w.:]*$")
 _CODE_HINT = re.compile(r"\bimport\b|[(=\n]")
 
 
+@functools.lru_cache(maxsize=1)
 def _contract_names() -> frozenset:
     try:
         from course.checks import load_all
@@ -442,6 +446,7 @@ class _Scan:
         self.own_attrs: set[str] = set()  # methods of the student's classes, self.X = ... targets
         self.functions: dict[str, list] = {}  # the student's functions and classes by name
         self.docstrings: set[int] = set()  # ids of docstring nodes (never code)
+        self.own_getattr: set[int] = set()  # ids of getattr(self, ...) calls inside methods
         self.changed = False
 
     # ---- what the student's code defines ------------------------------------------------------
@@ -457,8 +462,10 @@ class _Scan:
                 self.defined.add(node.name)
                 self.functions.setdefault(node.name, []).append(node)
                 if isinstance(node, ast.ClassDef):
-                    self.own_attrs.update(n.name for n in node.body
-                                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+                    methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                    self.own_attrs.update(m.name for m in methods)
+                    for m in methods:
+                        self._own_getattrs(m)
             elif isinstance(node, ast.arg):
                 self.defined.add(node.arg)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -475,6 +482,23 @@ class _Scan:
         if answer:  # functions and classes an answer cell defines are graded, whoever rebinds them
             self.graded_refs.update(stmt.name for stmt in tree.body
                                     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+
+    def _own_getattrs(self, method) -> None:
+        """getattr(self, <computed>) in a method whose first parameter is self (or cls) and that
+        never rebinds it: a lookup among the object's own attributes."""
+        a = method.args
+        first = (a.posonlyargs + a.args)[:1]
+        if not first or first[0].arg not in ("self", "cls"):
+            return
+        me = first[0].arg
+        if any(isinstance(n, ast.Name) and n.id == me and isinstance(n.ctx, (ast.Store, ast.Del))
+               for n in ast.walk(method)):
+            return
+        for n in ast.walk(method):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr" \
+                    and len(n.args) == 2 and isinstance(n.args[0], ast.Name) and n.args[0].id == me \
+                    and not any(isinstance(x, ast.Starred) for x in n.args):
+                self.own_getattr.add(id(n))
 
     # ---- what an expression mentions -------------------------------------------------------------
 
@@ -542,15 +566,22 @@ class _Scan:
     def _dynamic_call(self, n: ast.Call) -> list[str]:
         fn = n.func
         name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
-        if name == "getattr" and isinstance(fn, ast.Name) and len(n.args) >= 2:
-            obj, attr = n.args[0], n.args[1]
-            if isinstance(attr, ast.Constant):
+        if name == "getattr" and isinstance(fn, ast.Name):
+            attr = n.args[1] if len(n.args) >= 2 else None
+            if isinstance(attr, ast.Constant) and not any(isinstance(x, ast.Starred) for x in n.args):
                 if isinstance(attr.value, str) and attr.value in EXEC_BUILTINS:
                     return [f"getattr(..., {attr.value!r})"]
                 return []
-            if isinstance(obj, ast.Name) and obj.id in ("self", "cls"):
+            if id(n) in self.own_getattr:
                 return []
             return ["getattr() with a computed name"]
+        if name == "vars" and isinstance(fn, ast.Name) and n.args and not (
+                isinstance(n.args[0], ast.Name) and n.args[0].id == "self"):
+            return ["vars() of another object (a lookup around the names in your code)"]
+        if name in ("get", "pop", "setdefault", "__getitem__") and isinstance(fn, ast.Attribute) \
+                and isinstance(fn.value, ast.Call) and isinstance(fn.value.func, ast.Name) \
+                and fn.value.func.id in NAMESPACE_CALLS and any(not isinstance(a, ast.Constant) for a in n.args[:1]):
+            return [f"{fn.value.func.id}().{name}() with a computed key"]
         if name in ("__getattribute__", "__getattr__") and any(not isinstance(a, ast.Constant) for a in n.args):
             return [f"{name}() with a computed name"]
         if name in ("attrgetter", "methodcaller") and any(not isinstance(a, ast.Constant) for a in n.args[:1]):

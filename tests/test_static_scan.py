@@ -205,6 +205,11 @@ def test_a_builtin_reaching_graded_code_through_scratch_state_is_caught(answer, 
     "operator.attrgetter(path)(torch)(x)",
     "functools.reduce(getattr, ['ops', 'aten', name], torch)(x)",
     "vars(torch)[name](x)",
+    "getattr(*(F, name))(x)",
+    "[f for f in vars(F).values()][0](x)",
+    "F.__dict__.get(name)(x)",
+    "globals().get(name)(x)",
+    "inspect.getmembers(F)[k][1](x)",
     "torch.nn.LayerNorm(x.shape[-1])(x)",
     "eval('F.layer_norm')(x, (4,))",
     "__import__('torch').layer_norm(x, (4,))",
@@ -224,6 +229,12 @@ def test_builtin_norms_by_any_route_are_caught(expr):
 ])
 def test_forbidden_imports_in_an_answer_cell_are_caught(code):
     assert scan([code + "\n" + LN])
+
+
+def test_getattr_with_a_computed_name_is_allowed_on_self_only_inside_a_method():
+    assert scan([LN.replace("        return (x - mu)", "        w = getattr(self, 'wei' + 'ght')\n        return (x - mu)")]) == []
+    assert scan(["import torch.nn.functional as self\nf = getattr(self, name)\n"])
+    assert scan([LN.replace("        return (x - mu)", "        self = F\n        w = getattr(self, name)\n        return (x - mu)")])
 
 
 def test_builtin_eval_is_caught_and_eval_methods_are_not():
