@@ -45,6 +45,12 @@ class Plan:
     answer_code: list[str] = field(default_factory=list)  # the student's answer cells, for the static scan
     added_code: list[str] = field(default_factory=list)  # cells the student added, likewise
 
+    @property
+    def student_code(self) -> list[str]:
+        """Every cell the student wrote, answers first: what ``scan_forbidden(code, ops)`` took
+        before it took answers and added cells apart (that call scans them all as answers)."""
+        return self.answer_code + self.added_code
+
 
 def _source(cell) -> str:
     src = cell.get("source", cell.get("input", ""))
