@@ -101,11 +101,12 @@ def _served_detail(m: dict) -> dict:
             **{f"median s/call ({k})": f"{sorted(v)[len(v) // 2]:.3g}" for k, v in t.items() if v}}
 
 
-def judge_records(tests: list[planmod.Test], records: dict, code, served: dict | None = None) -> list[TestResult]:
+def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
+                  served: dict | None = None) -> list[TestResult]:
     """The verdict on each test, from ``records`` (test index -> record, or a message saying why
     there is none), in the trusted process.
 
-    ``code``: the student's cells for the static scan (:func:`plan.scan_forbidden`).
+    ``plan``: the student's answer and added cells, for the static scan (:func:`plan.scan_forbidden`).
     ``served``: the benchmarks timed from here (:mod:`autograder.outside`), by test index. A
     benchmark passes only on those measurements; its record from the sandbox can only fail it
     (the student's module could not be built).
@@ -129,7 +130,7 @@ def judge_records(tests: list[planmod.Test], records: dict, code, served: dict |
         else:
             try:
                 if check.forbidden_ops:
-                    seen = planmod.scan_forbidden(code, check.forbidden_ops)
+                    seen = planmod.scan_forbidden(plan.answer_code, plan.added_code, check.forbidden_ops)
                     if seen:
                         raise CheckFailed(
                             f"your code uses {', '.join(seen)}. This exercise asks you to compute the "
@@ -220,7 +221,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.wall_s = res.wall_s
     o.output_tail = res.output[-4000:]
     o.cell_errors = tr.cell_errors[:50]
-    o.tests = judge_records(tests, tr.records, plan.student_code, tr.served)
+    o.tests = judge_records(tests, tr.records, plan, tr.served)
     o.score = sum(t.points for t in o.tests)
     if tr.disk_full:
         o.notes.append(f"your code filled the sandbox's writable space ({limits.tmp_mb} MB in the working "

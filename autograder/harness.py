@@ -173,7 +173,7 @@ def main():
                 ns, pinned = _pinned(check, ns, probed)
             else:
                 for name in check.needs:
-                    probed.setdefault(name, []).append(ns.get(name))
+                    probed.setdefault(name, []).append(ns.get(name, _MISSING))
             signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, test_s)  # a probe (the benchmark) may need longer
             try:
@@ -210,12 +210,18 @@ def _pinned(check, ns, probed):
         seen = probed.get(name)
         if not seen:
             continue
-        if any(obj is not seen[0] for obj in seen):
+        if any(obj is not seen[0] for obj in seen) and seen[0] is not _MISSING:
             return ns, (f"{name} was redefined between the tests, so no single {name} passed them all: "
                         f"the benchmark times only the {name} that every test checked. Define it once, "
                         "before the tests, and run the notebook top to bottom")
-        view[name] = seen[0]
+        if seen[0] is _MISSING:  # not defined when the tests ran: neither is it for the benchmark
+            view.pop(name, None)
+        else:
+            view[name] = seen[0]
     return view, None
+
+
+_MISSING = object()
 
 
 def _serve(gid, check, ns, n, lines, send, collect, served):

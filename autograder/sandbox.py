@@ -101,7 +101,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
     course_dir = Path(course_dir).resolve()
     binds = []
     for i, (src, dst) in enumerate(_ro_sources(course_dir)):
-        binds += ["--ro-bind", str(stage_dir() / str(i)) if staged else src, dst]
+        binds += ["--ro-bind", str(stage_dir(course_dir) / str(i)) if staged else src, dst]
     links = []
     for n in ("bin", "lib", "lib64", "lib32", "sbin"):
         if os.path.islink(f"/{n}"):
@@ -137,7 +137,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
 _stage: list = []
 
 
-def stage_dir() -> Path:
+def stage_dir(course_dir: Path) -> Path:
     """Empty mount points, one per read-only source, in a folder every user may walk through.
 
     When the grader is root, the child that becomes bwrap first takes a private mount namespace
@@ -153,7 +153,7 @@ def stage_dir() -> Path:
         _stage.append(d)
         atexit.register(shutil.rmtree, d, True)
     d = _stage[0]
-    for i, (src, _) in enumerate(_ro_sources(ROOT / "course")):
+    for i, (src, _) in enumerate(_ro_sources(Path(course_dir).resolve())):
         p = d / str(i)
         if not p.exists():
             p.mkdir() if os.path.isdir(src) else p.touch()
@@ -265,7 +265,7 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
         if sandbox:
             argv = bwrap_argv(limits, course_dir, staged=uid is not None) + cmd
             if uid is not None:
-                stage = [(src, str(stage_dir() / str(i)))
+                stage = [(src, str(stage_dir(course_dir) / str(i)))
                          for i, (src, _) in enumerate(_ro_sources(Path(course_dir).resolve()))]
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
             cwd = "/"

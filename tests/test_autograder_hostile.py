@@ -144,6 +144,41 @@ def test_builtin_norm_is_named_in_the_feedback(graded):
     assert "computed name" in tests["layernorm_matches_torch"]["message"]
 
 
+def test_a_forged_finish_is_a_crash_and_no_grader_note_comes_from_the_submission(graded):
+    """Frames written out of turn stop the conversation: the row says the notebook did not finish,
+    and nothing the submission printed or wrote appears as the grader's own words."""
+    row = graded["rows"]["hostile-forge_progress"]
+    assert row["status"] == "crashed" and "out of turn" in row["message"], row
+    assert "NOTE FROM THE GRADER" not in row["message"]
+    page = (graded["out"] / "feedback" / "hostile-forge_progress" / ASSIGNMENT / "layernorm.html").read_text()
+    assert "NOTE FROM THE GRADER" not in page
+
+
+def test_an_oversized_message_is_refused_from_its_header(graded):
+    row = graded["rows"]["hostile-oversized_record"]
+    assert row["status"] == "crashed" and "oversized" in row["message"], row
+
+
+def test_filling_the_sandbox_disk_is_reported_on_the_row(graded):
+    row = graded["rows"]["hostile-fill_disk"]
+    assert "filled the sandbox's writable space" in row["message"], row
+
+
+def test_the_benchmark_times_the_class_the_tests_checked(graded):
+    tests = {t["grade_id"]: t for t in graded["results"]["tamper-redefined_before_benchmark"]["tests"]}
+    assert all(t["passed"] for gid, t in tests.items() if gid != "layernorm_benchmark"), tests
+    assert not tests["layernorm_benchmark"]["passed"]
+    assert tests["layernorm_benchmark"]["detail"]["ratio"] > tests["layernorm_benchmark"]["detail"]["limit"]
+
+
+def test_nothing_planted_in_the_graders_python_or_course(graded):
+    import site
+    marker = graded["marker"]
+    assert not Path(site.getsitepackages()[0], f"{marker}.pth").exists()
+    assert not (ROOT / "course" / f"{marker}.py").exists()
+    assert not Path("/tmp", marker).exists()
+
+
 def test_nothing_written_outside_the_sandbox(graded):
     marker = graded["marker"]
     places = [ROOT, ROOT / "course", ROOT / "course" / "checks", Path("/tmp"), Path.home(), graded["out"],
