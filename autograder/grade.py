@@ -17,6 +17,7 @@ import contextlib
 import io
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -203,8 +204,11 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     def on_start(proc):
         os.close(reply_w)  # only the sandbox holds the write end now: its exit means end-of-file
         box["closed"] = True
-        box["tr"] = protocol.converse(proc.stdin, protocol.Channel(reply_r), steps, job,
-                                      step_s=step_s, measure=measure)
+        box["tr"] = tr = protocol.converse(proc.stdin, protocol.Channel(reply_r), steps, job,
+                                           step_s=step_s, measure=measure)
+        if not tr.finished:  # out of protocol or silent: nothing it does from now on counts
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     work = Path(tempfile.mkdtemp(prefix="sub-", dir=scratch)) if not sandbox else None
     try:

@@ -160,8 +160,17 @@ def stage_dir(course_dir: Path) -> Path:
     return d
 
 
+def _unused(uid: int) -> bool:
+    import pwd
+    try:
+        pwd.getpwuid(uid)
+        return False
+    except KeyError:
+        return True
+
+
 _free_uids: queue.Queue = queue.Queue()
-for _u in SANDBOX_UIDS:
+for _u in filter(_unused, SANDBOX_UIDS):
     _free_uids.put(_u)
 
 

@@ -177,3 +177,10 @@ def test_suspects_name_the_mistake():
     wrong = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=True, keepdim=True) + 1e-5)
     with pytest.raises(CheckFailed, match="divide by D"):
         expect_close(wrong, right, what="LayerNorm(x)", suspects={"the variance is unbiased: divide by D": wrong})
+
+
+def test_a_message_head_nested_too_deeply_is_a_wire_error():
+    """json's recursion limit must not escape as RecursionError into the grader."""
+    head = json.dumps({"msg": None, "arrays": []}).replace("null", "[" * 100_000 + "]" * 100_000).encode()
+    with pytest.raises(wire.WireError, match="nested too deeply"):
+        wire.unpack(head, b"")

@@ -150,8 +150,8 @@ def unpack(head: bytes, body: bytes):
     """Inverse of :func:`pack` (trusted side): ``(msg, arrays)``, or :class:`WireError`."""
     try:
         meta = json.loads(head)
-    except (ValueError, UnicodeDecodeError):
-        raise WireError("a message head that is not JSON") from None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise WireError("a message head that is not JSON (or nested too deeply)") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("arrays"), list) or "msg" not in meta:
         raise WireError("a malformed message")
     arrays, pos = [], 0
