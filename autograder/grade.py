@@ -41,6 +41,7 @@ class TestResult:
     passed: bool
     message: str = ""
     detail: dict = field(default_factory=dict)  # e.g. the benchmark's timings
+    kind: str = "correctness"  # the check's kind (course.checks.KINDS)
 
 
 @dataclass
@@ -121,7 +122,7 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
         doc = check.doc if check else t.grade_id
         record = records.get(t.index)
         passed, msg, detail = False, "", {}
-        bench = t.grade_id.endswith("_benchmark")
+        bench = check is not None and check.kind == "benchmark"
         if check is None:
             msg = f"the grader has no check {t.grade_id!r} (instructor: is the course package complete?)"
         elif record is None:
@@ -161,7 +162,7 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
             except Exception as e:  # noqa: BLE001 -- a malformed record, a judge tripping on odd data
                 msg = f"the result of your code could not be checked ({type(e).__name__}: {str(e)[:300]})"
         results.append(TestResult(t.grade_id, doc, t.points if passed else 0.0, t.points, passed, msg[:2000],
-                                  detail))
+                                  detail, check.kind if check else "correctness"))
     return results
 
 

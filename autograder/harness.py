@@ -161,7 +161,7 @@ def main():
             continue
         gid = step["grade_id"]
         check = tests.get(gid)
-        bench = gid.endswith("_benchmark")
+        bench = check is not None and check.kind == "benchmark"
         if check is None:
             rec = {"ok": False, "error": "CheckFailed", "where": "",
                    "message": load_error or f"no check is registered under grade id {gid!r}"}

@@ -184,3 +184,14 @@ def test_a_message_head_nested_too_deeply_is_a_wire_error():
     head = json.dumps({"msg": None, "arrays": []}).replace("null", "[" * 100_000 + "]" * 100_000).encode()
     with pytest.raises(wire.WireError, match="nested too deeply"):
         wire.unpack(head, b"")
+
+
+def test_benchmarks_are_the_checks_that_declare_the_kind():
+    """The grader recognises a benchmark by the check's declared kind, and every benchmark has a
+    limit and a served version (timed from outside the sandbox)."""
+    from course.checks import KINDS, load_all
+    from course.checks.benchmark import LIMITS, SERVED
+    checks = load_all()
+    assert all(c.kind in KINDS for c in checks.values())
+    bench = {gid for gid, c in checks.items() if c.kind == "benchmark"}
+    assert bench == set(LIMITS) == set(SERVED)

@@ -56,8 +56,12 @@ class Check:
     forbidden_ops: frozenset = field(default_factory=frozenset)
     #: names of the student's code the probe uses (for "X is not defined" messages)
     needs: tuple = ()
+    #: what the check judges: "correctness" (values against torch), or "benchmark" (time against
+    #: torch's; the course grader times it from outside the submission)
+    kind: str = "correctness"
 
 
+KINDS = ("correctness", "benchmark")
 REGISTRY: dict[str, Check] = {}
 
 
@@ -69,21 +73,23 @@ def frozen(mapping=(), **kw) -> MappingProxyType:
 
 
 def register_check(grade_id: str, doc: str, probe: Callable[[dict], Any], judge: Callable[[Any], None], *,
-                   needs: tuple = (), forbidden_ops=()) -> Check:
+                   needs: tuple = (), forbidden_ops=(), kind: str = "correctness") -> Check:
     """Register a check from its two halves (e.g. a template that several checks share)."""
     if grade_id in REGISTRY:
         raise ValueError(f"check {grade_id!r} registered twice")
+    if kind not in KINDS:
+        raise ValueError(f"check {grade_id!r}: unknown kind {kind!r}")
     REGISTRY[grade_id] = Check(grade_id=grade_id, doc=doc, probe=probe, judge=judge,
-                               forbidden_ops=frozenset(forbidden_ops), needs=tuple(needs))
+                               forbidden_ops=frozenset(forbidden_ops), needs=tuple(needs), kind=kind)
     return REGISTRY[grade_id]
 
 
-def register(grade_id: str, *, needs: tuple = (), forbidden_ops=()):
+def register(grade_id: str, *, needs: tuple = (), forbidden_ops=(), kind: str = "correctness"):
     """Class decorator: the class holds ``probe`` and ``judge`` as static methods; its docstring is the doc."""
 
     def deco(cls):
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else grade_id
-        register_check(grade_id, doc, cls.probe, cls.judge, needs=needs, forbidden_ops=forbidden_ops)
+        register_check(grade_id, doc, cls.probe, cls.judge, needs=needs, forbidden_ops=forbidden_ops, kind=kind)
         return cls
 
     return deco

@@ -207,7 +207,7 @@ def _norm_probe(ns, grade_id, name, assignment, torch_mod, forbid):
     return _run(grade_id, mods, x, name, forbid)
 
 
-@register("layernorm_benchmark", needs=("LayerNorm",))
+@register("layernorm_benchmark", needs=("LayerNorm",), kind="benchmark")
 class LayerNormBenchmark:
     """vectorized: within a generous factor of torch.nn.LayerNorm's time"""
 
@@ -223,7 +223,7 @@ class LayerNormBenchmark:
         _judge(out, want, "LayerNorm", "torch.nn.LayerNorm", "layernorm_benchmark")
 
 
-@register("rmsnorm_benchmark", needs=("RMSNorm",))
+@register("rmsnorm_benchmark", needs=("RMSNorm",), kind="benchmark")
 class RMSNormBenchmark:
     """vectorized: within a generous factor of torch.nn.RMSNorm's time"""
 
@@ -262,7 +262,7 @@ class _TorchResidual(nn.Module):
         return x + self.sublayer(self.norm(x))
 
 
-@register("residual_benchmark", needs=("ResidualBlock",))
+@register("residual_benchmark", needs=("ResidualBlock",), kind="benchmark")
 class ResidualBenchmark:
     """vectorized: a pre-norm ResidualBlock within a generous factor of x + F(nn.LayerNorm(x))"""
 
@@ -286,7 +286,7 @@ class ResidualBenchmark:
 
 # --------------------------------------------------------------------------------------------
 
-@register("transformer_block_benchmark", needs=("TransformerBlock",))
+@register("transformer_block_benchmark", needs=("TransformerBlock",), kind="benchmark")
 class TransformerBlockBenchmark:
     """vectorized: a TransformerBlock within a generous factor of nn.TransformerEncoderLayer"""
 
