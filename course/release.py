@@ -3,7 +3,10 @@
     python -m course.release            # regenerate every assignment into exercises/ (make exercises)
     python -m course.release --check    # exit 1 if exercises/ differs from what nbgrader generates
 
-nbgrader runs in a scratch copy of the course, so the repository's gradebook is never touched.
+Before generating, each test cell's first line in solutions/ is set to its check's description
+(the check's ``doc`` in ``course.checks``), written once, so a student reads the same sentence in
+the notebook and in the grader's feedback. nbgrader runs in a scratch copy of the course, so the
+repository's gradebook is never touched.
 """
 from __future__ import annotations
 
@@ -49,6 +52,45 @@ def scratch_course(tmp: Path, root: Path = ROOT) -> Path:
     return course
 
 
+def _docstring_line(doc: str) -> str:
+    return '"""' + doc.replace('"""', "'''") + '"""'
+
+
+def sync_test_docstrings(root: Path = ROOT, check: bool = False) -> list[str]:
+    """Make every test cell of solutions/ open with its check's doc as a one-line docstring.
+
+    Returns the grade ids whose cell said something else (with ``check``, nothing is written).
+    """
+    import nbformat
+
+    from course.checks import get
+
+    stale = []
+    for a in assignments(root):
+        for path in sorted((root / "solutions" / a).glob("*.ipynb")):
+            nb = nbformat.read(str(path), as_version=4)
+            changed = False
+            for c in nb.cells:
+                m = c.get("metadata", {}).get("nbgrader", {})
+                if c.cell_type != "code" or not m.get("grade") or m.get("solution"):
+                    continue
+                want = _docstring_line(get(m["grade_id"]).doc)
+                lines = c.source.split("\n")
+                if lines[0] == want:
+                    continue
+                stale.append(m["grade_id"])
+                first = lines[0].strip()
+                if len(first) > 6 and first[:3] in ('"""', "'''") and first[-3:] == first[:3]:
+                    lines[0] = want
+                else:
+                    lines.insert(0, want)
+                c.source = "\n".join(lines)
+                changed = True
+            if changed and not check:
+                nbformat.write(nb, str(path))
+    return stale
+
+
 def generate(tmp: Path, root: Path = ROOT) -> Path:
     """Generate every assignment in a scratch course; return its exercises/ folder."""
     course = scratch_course(tmp, root)
@@ -79,6 +121,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="only check that exercises/ is in sync")
     args = ap.parse_args(argv)
+    stale = sync_test_docstrings(check=args.check)
+    if stale:
+        if args.check:
+            print("test cells in solutions/ whose first line is not their check's description "
+                  f"(run `make exercises`): {', '.join(stale)}")
+            return 1
+        print(f"set the description line of {len(stale)} test cells from their checks")
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(Path(tmp))
         return sync_tree(fresh, ROOT / "exercises", check=args.check,

@@ -39,3 +39,25 @@ def test_released_notebook_fails_validation(assignment):
 
 def test_four_assignments_in_course_order():
     assert ASSIGNMENTS == ["01_layernorm", "02_rmsnorm", "03_residual", "04_transformer_block"]
+
+
+def test_each_test_cell_opens_with_its_checks_description():
+    """One source per description: the check's doc is the test cell's first line."""
+    from course.release import sync_test_docstrings
+    assert sync_test_docstrings(check=True) == []
+
+
+def test_a_test_cell_that_says_something_else_is_reported(tmp_path):
+    import json
+    import shutil
+
+    from course.release import sync_test_docstrings
+    shutil.copytree(ROOT / "solutions", tmp_path / "solutions")
+    path = tmp_path / "solutions" / "01_layernorm" / "layernorm.ipynb"
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "layernorm_parameters")
+    cell["source"][0] = '"""some other sentence"""\n'
+    path.write_text(json.dumps(nb))
+    assert sync_test_docstrings(tmp_path, check=True) == ["layernorm_parameters"]
+    sync_test_docstrings(tmp_path)
+    assert sync_test_docstrings(tmp_path, check=True) == []
