@@ -140,6 +140,27 @@ def tests_table(notebook: str | Path) -> str:
     return "\n".join(head + rows + [f"| **total** | **{total:g}** | | |"])
 
 
+def launch_links(notebook: str, config: Path = ROOT / "_config.yml") -> str:
+    """Markdown links that open an exercise notebook itself in Colab and in Binder (JupyterLab).
+
+    Built from one setting, ``repository.url`` (and ``repository.branch``) in ``_config.yml``:
+    ``notebook`` is the notebook's path in that repository (``exercises/01_layernorm/layernorm.ipynb``).
+    The theme's own launch buttons would open the page's ``.md`` source, which Colab cannot open,
+    so the book turns them off and the exercise pages carry these links instead.
+    """
+    import yaml
+
+    repo = yaml.safe_load(Path(config).read_text())["repository"]
+    url, branch = repo["url"].rstrip("/"), repo.get("branch", "main")
+    m = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+?)(?:\.git)?", url)
+    if not m:
+        raise ValueError(f"_config.yml repository.url must be a GitHub repository URL, not {url!r}")
+    org, name = m.groups()
+    colab = f"https://colab.research.google.com/github/{org}/{name}/blob/{branch}/{notebook}"
+    binder = f"https://mybinder.org/v2/gh/{org}/{name}/{branch}?labpath={notebook}"
+    return f"[Open in Colab]({colab}) · [Open in Binder (JupyterLab)]({binder})"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m course.book", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)

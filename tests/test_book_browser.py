@@ -225,3 +225,34 @@ def test_screenshot_chapter(site, browser):
     shot = ARTIFACTS / "02_residual.png"
     assert browser.save_screenshot(str(shot)), "screenshot failed"
     assert shot.stat().st_size > 10_000
+
+
+EXERCISE_PAGES = [p for p in PAGES if p.startswith("chapters/exercises/")]
+
+
+@pytest.mark.parametrize("page", EXERCISE_PAGES)
+def test_exercise_page_lists_its_tests_in_a_real_table(site, browser, page):
+    """The "What the tests check" table is an HTML table (myst-nb renders a cell's Markdown output
+    as GitHub-flavoured Markdown here; as CommonMark it would be raw pipe text)."""
+    browser.get(f"{site}/{page}")
+    rows = browser.execute_script(
+        "return Array.from(document.querySelectorAll('main table tr')).map(r => r.innerText);")
+    text = browser.execute_script("return (document.querySelector('main') || document.body).innerText;")
+    assert any("points" in r for r in rows) and len(rows) >= 5, rows
+    assert "| test (grade id)" not in text and "|---|" not in text
+
+
+@pytest.mark.parametrize("page", EXERCISE_PAGES)
+def test_exercise_page_launch_links_open_the_notebook_itself(reports, page):
+    links = [u for u in reports[page]["links"] if "colab.research.google.com" in u or "mybinder.org" in u]
+    assert len(links) == 2, links
+    nb = "exercises/" + page.split("/")[-1].replace(".html", "")
+    assert all(nb in u and ".ipynb" in u for u in links), links
+
+
+def test_no_placeholder_or_source_launch_urls_in_the_book():
+    """No theme launch button (it would open a page's .md source) and no placeholder host."""
+    for path in HTML.rglob("*.html"):
+        page = path.read_text(errors="replace")
+        assert "example.edu" not in page and "example.com" not in page, path
+        assert not re.search(r"(colab\.research\.google\.com|mybinder\.org)[^\"']*\.md\b", page), path
