@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.make_submission import add_cells, split_cells
+from course import cells
 from course.release import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -49,13 +50,11 @@ def solved_dict(assignment: str, root: Path = ROOT) -> dict:
     sol = nbformat.read(str(root / "solutions" / assignment / name), as_version=4)
     answers = {}
     for c in sol.cells:
-        m = c.get("metadata", {}).get("nbgrader", {})
-        if c.cell_type == "code" and m.get("solution"):
-            answers[m.get("grade_id")] = "\n".join(l for l in c.source.splitlines() if l.strip() not in MARKERS)
+        if cells.role(c) == "answer":
+            answers[cells.grade_id(c)] = "\n".join(l for l in c.source.splitlines() if l.strip() not in MARKERS)
     for c in nb["cells"]:
-        m = c.get("metadata", {}).get("nbgrader", {})
-        if c["cell_type"] == "code" and m.get("solution") and m.get("grade_id") in answers:
-            c["source"] = answers[m["grade_id"]]
+        if cells.role(c) == "answer" and cells.grade_id(c) in answers:
+            c["source"] = answers[cells.grade_id(c)]
     return nb
 
 
@@ -94,7 +93,7 @@ def with_code(nb: dict, code: str) -> dict:
     code, added = split_cells(code)
     first = None
     for i, c in enumerate(nb["cells"]):
-        if c["cell_type"] == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution"):
+        if cells.role(c) == "answer":
             c["source"] = code if first is None else "# (everything is in the first answer cell)"
             first = i if first is None else first
     if first is not None:

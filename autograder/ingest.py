@@ -137,10 +137,8 @@ def _grade_ids(path: Path) -> set:
             return set()
         nb = json.loads(path.read_bytes().decode("utf-8-sig"))
         cells = nb.get("cells") or [c for ws in nb.get("worksheets", []) for c in ws.get("cells", [])]
-        return {c["metadata"]["nbgrader"]["grade_id"] for c in cells
-                if isinstance(c, dict) and isinstance(c.get("metadata"), dict)
-                and isinstance(c["metadata"].get("nbgrader"), dict)
-                and isinstance(c["metadata"]["nbgrader"].get("grade_id"), str)}
+        from course import cells as cells_
+        return {gid for gid in map(cells_.grade_id, cells) if gid}
     except Exception:  # noqa: BLE001 -- unreadable files are reported when graded
         return set()
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import nbformat
 
+from course import cells
 from course.release import ROOT
 
 
@@ -91,7 +92,7 @@ def release_notebook(assignment: str, root: Path = ROOT) -> tuple[str, nbformat.
 
 
 def is_solution_cell(cell) -> bool:
-    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution", False)) and cell.cell_type == "code"
+    return cells.role(cell) == "answer"
 
 
 def submission_from_code(assignment: str, code: str, root: Path = ROOT) -> tuple[str, nbformat.NotebookNode]:

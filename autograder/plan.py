@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course import cells as cells_
+
 MAX_NOTEBOOK_BYTES = 100 << 20  # bigger files are refused (huge outputs are fine below this)
 MAX_CODE_CHARS = 2_000_000  # all code cells together
 MAX_CELLS = 20_000
@@ -50,19 +52,6 @@ class Plan:
         """Every cell the student wrote, answers first: what ``scan_forbidden(code, ops)`` took
         before it took answers and added cells apart (that call scans them all as answers)."""
         return self.answer_code + self.added_code
-
-
-def _source(cell) -> str:
-    src = cell.get("source", cell.get("input", ""))
-    if isinstance(src, list):
-        src = "".join(x for x in src if isinstance(x, str))
-    return src if isinstance(src, str) else ""
-
-
-def _nbmeta(cell) -> dict:
-    meta = cell.get("metadata")
-    nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
-    return nbg if isinstance(nbg, dict) else {}
 
 
 def read_student_notebook(path: Path, notes: list | None = None) -> list[dict]:
@@ -111,14 +100,12 @@ def read_student_notebook(path: Path, notes: list | None = None) -> list[dict]:
     for c in cells:
         if not isinstance(c, dict) or c.get("cell_type") != "code":
             continue
-        src = _source(c)
+        src = cells_.source(c)
         total += len(src)
         if total > MAX_CODE_CHARS:
             raise BadNotebook(f"the notebook's code is longer than {MAX_CODE_CHARS} characters")
-        gid = _nbmeta(c).get("grade_id")
         cid = c.get("id")
-        out.append({"source": src, "grade_id": gid if isinstance(gid, str) else None,
-                    "id": cid if isinstance(cid, str) else None})
+        out.append({"source": src, "grade_id": cells_.grade_id(c), "id": cid if isinstance(cid, str) else None})
     return out
 
 
@@ -127,20 +114,8 @@ def release_cells(path: Path) -> list[dict]:
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
-    cells = []
-    for c in nb.cells:
-        m = c.get("metadata", {}).get("nbgrader", {})
-        if c.cell_type != "code":
-            role = "markdown"
-        elif m.get("grade") and not m.get("solution"):
-            role = "test"
-        elif m.get("solution"):
-            role = "answer"
-        else:
-            role = "instructor"
-        cells.append({"role": role, "grade_id": m.get("grade_id"), "id": c.get("id"),
-                      "source": c.source, "points": float(m.get("points", 0) or 0)})
-    return cells
+    return [{"role": cells_.role(c), "grade_id": cells_.grade_id(c), "id": c.get("id"),
+             "source": c.source, "points": cells_.points(c)} for c in nb.cells]
 
 
 def make_plan(release: list[dict], student: list[dict]) -> Plan:

@@ -119,22 +119,23 @@ def tests_table(notebook: str | Path) -> str:
     import ast
     import json
 
+    from course import cells
+
     nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
     rows, total = [], 0.0
     for cell in nb["cells"]:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if not meta.get("grade") or cell.get("cell_type") != "code":
+        if cells.role(cell) != "test":
             continue
-        src = "".join(cell["source"])
+        src = cells.source(cell)
         try:
             doc = ast.get_docstring(ast.parse(src)) or ""
         except SyntaxError:
             doc = ""
         visible = "run(" in src
-        points = float(meta.get("points", 0))
+        points = cells.points(cell)
         total += points
         doc = doc.strip().replace("|", "\\|") or "-"
-        rows.append(f"| `{meta.get('grade_id', '?')}` | {points:g} | {doc} | "
+        rows.append(f"| `{cells.grade_id(cell) or '?'}` | {points:g} | {doc} | "
                     f"{'in the notebook' if visible else 'hidden, at grading'} |")
     head = ["| test (grade id) | points | what it checks | when it runs |", "|---|---|---|---|"]
     return "\n".join(head + rows + [f"| **total** | **{total:g}** | | |"])

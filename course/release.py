@@ -63,6 +63,7 @@ def sync_test_docstrings(root: Path = ROOT, check: bool = False) -> list[str]:
     """
     import nbformat
 
+    from course import cells
     from course.checks import get
 
     stale = []
@@ -71,14 +72,13 @@ def sync_test_docstrings(root: Path = ROOT, check: bool = False) -> list[str]:
             nb = nbformat.read(str(path), as_version=4)
             changed = False
             for c in nb.cells:
-                m = c.get("metadata", {}).get("nbgrader", {})
-                if c.cell_type != "code" or not m.get("grade") or m.get("solution"):
+                if cells.role(c) != "test":
                     continue
-                want = _docstring_line(get(m["grade_id"]).doc)
+                want = _docstring_line(get(cells.grade_id(c)).doc)
                 lines = c.source.split("\n")
                 if lines[0] == want:
                     continue
-                stale.append(m["grade_id"])
+                stale.append(cells.grade_id(c))
                 first = lines[0].strip()
                 if len(first) > 6 and first[:3] in ('"""', "'''") and first[-3:] == first[:3]:
                     lines[0] = want

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from course import cells
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -25,11 +27,10 @@ def load_reference(assignment: str, root: str | None = None) -> dict | None:
     nb = nbformat.read(paths[0], as_version=4)
     ns: dict = {"__name__": f"reference_{assignment}"}
     for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code" or meta.get("grade"):
+        if cells.role(cell) not in ("answer", "instructor"):
             continue  # tests and markdown are not part of the reference
-        if meta.get("solution") or meta.get("locked"):
+        if cells.role(cell) == "answer" or cells.meta(cell).get("locked"):
             src = "\n".join(line for line in cell.source.splitlines()
                             if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
-            exec(compile(src, f"{paths[0].name}:{meta.get('grade_id', 'cell')}", "exec"), ns)
+            exec(compile(src, f"{paths[0].name}:{cells.grade_id(cell) or 'cell'}", "exec"), ns)
     return ns

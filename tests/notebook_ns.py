@@ -15,6 +15,7 @@ import warnings
 import nbformat
 
 from course.checks import CheckFailed, collect, get, verdict
+from course import cells
 from course.release import ROOT
 
 
@@ -30,13 +31,9 @@ def _notebook(folder: str, assignment: str):
     return nbformat.read(next((ROOT / folder / assignment).glob("*.ipynb")), as_version=4)
 
 
-def _meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
 def grade_ids(assignment: str) -> list[str]:
     """The graded test cells' ids, in notebook order."""
-    return [_meta(c)["grade_id"] for c in _notebook("solutions", assignment).cells if _meta(c).get("grade")]
+    return [cells.grade_id(c) for c in _notebook("solutions", assignment).cells if cells.role(c) == "test"]
 
 
 def is_benchmark(grade_id: str) -> bool:
@@ -47,14 +44,14 @@ def is_benchmark(grade_id: str) -> bool:
 def _exec_cells(nb, ns: dict, keep) -> dict:
     with _quiet():
         for cell in nb.cells:
-            if cell.cell_type == "code" and not _meta(cell).get("grade") and keep(cell):
-                exec(compile(cell.source, f"<{_meta(cell).get('grade_id', 'cell')}>", "exec"), ns)
+            if cells.role(cell) in ("answer", "instructor") and keep(cell):
+                exec(compile(cell.source, f"<{cells.grade_id(cell) or 'cell'}>", "exec"), ns)
     return ns
 
 
 def setup_ns(assignment: str) -> dict:
     return _exec_cells(_notebook("solutions", assignment), {"__name__": "__main__"},
-                       lambda c: not _meta(c).get("solution"))
+                       lambda c: cells.role(c) != "answer")
 
 
 def solution_ns(assignment: str) -> dict:
