@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
 
-.PHONY: venv system npm book test grade exercises check bench-grade clean
+.PHONY: venv system npm book student-pack test grade exercises check bench-grade clean
 
 # The virtual environment, rebuilt when requirements.txt or pyproject.toml change.
 $(STAMP): requirements.txt pyproject.toml
@@ -37,7 +37,12 @@ npm:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq npm >/dev/null; }
 
-book: venv npm
+# The student pack (_build/student-pack.zip: notebooks, the coursekit wheel, a README); the book
+# links it and publishes the wheel, so it is built first.
+student-pack: venv
+	$(PY) -m course.pack
+
+book: venv npm student-pack
 	$(PY) -m course.book build
 
 # exercises/ is generated: never edit it by hand, edit solutions/ and run this.
@@ -46,7 +51,7 @@ exercises: venv
 
 # A student's self-check: make check NB=exercises/01_layernorm/layernorm.ipynb
 check: venv
-	$(PY) -m course.selfcheck $(NB)
+	$(PY) -m coursekit.selfcheck $(NB)
 
 test: venv system book
 	$(PY) -m pytest -q

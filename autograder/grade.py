@@ -41,7 +41,7 @@ class TestResult:
     passed: bool
     message: str = ""
     detail: dict = field(default_factory=dict)  # e.g. the benchmark's timings
-    kind: str = "correctness"  # the check's kind (course.checks.KINDS)
+    kind: str = "correctness"  # the check's kind (coursekit.checks.KINDS)
 
 
 @dataclass
@@ -82,7 +82,7 @@ class Course:
 
 
 def _check(grade_id):
-    from course.checks import get
+    from coursekit.checks import get
     try:
         return get(grade_id)
     except Exception:  # noqa: BLE001 -- not registered, or the course's check modules fail to import
@@ -94,7 +94,7 @@ _JUDGE_LOCK = threading.Lock()  # judges print (the benchmark's table): one at a
 
 def _served_detail(m: dict) -> dict:
     """The benchmark's numbers for the feedback and the report, all measured in this process."""
-    from course.checks.benchmark import LIMITS, robust_ratio
+    from coursekit.checks.benchmark import LIMITS, robust_ratio
     t = m["times"]
     return {"ratio": round(float(robust_ratio(t)), 3), "limit": LIMITS.get(m["grade_id"]),
             "device": "cpu, 1 thread, timed by the grader", "rounds": m["rounds"],
@@ -114,7 +114,7 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
     (the student's module could not be built).
     """
     served = served or {}
-    from course.checks import CheckFailed, verdict
+    from coursekit.checks import CheckFailed, verdict
 
     results = []
     for t in tests:
@@ -149,7 +149,7 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
                 with _JUDGE_LOCK, contextlib.redirect_stdout(buf):
                     try:
                         if bench and record.get("ok"):
-                            from course.checks.benchmark import served_report
+                            from coursekit.checks.benchmark import served_report
                             served_report(served[t.index])
                         else:
                             verdict(check, record)
@@ -194,7 +194,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.notes.extend(plan.notes)
 
     block = sorted(set().union(*[c.forbidden_ops for c in map(_check, [t.grade_id for t in tests]) if c]))
-    from course.checks.benchmark import SERVED
+    from coursekit.checks.benchmark import SERVED
     steps = [dict(st, served=st["grade_id"] in SERVED) if st["kind"] == "test" else st for st in plan.steps]
     job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block}
     step_s = max(limits.cell_s, 120.0) + protocol.STEP_GRACE_S
@@ -260,7 +260,7 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
     scratch = Path(tempfile.mkdtemp(prefix="autograde-"))
     try:
         entries = discover(src, course.catalog, scratch)
-        from course.checks import load_all
+        from coursekit.checks import load_all
         load_all()
         jobs = max(1, jobs or os.cpu_count() or 1)
         outcomes = []

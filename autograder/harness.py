@@ -11,7 +11,7 @@ as one JSON line, then one step per line::
 Each step is answered with one frame on the reply pipe (``REPLY_FD``). Cells run in IPython's
 ``InteractiveShell`` (magics work; no Jupyter kernel, no zmq): an error in a cell is reported and
 execution goes on, as with ``nbgrader autograde --ExecutePreprocessor.allow_errors``. A test step
-never runs code from the notebook: the harness calls ``course.checks.collect`` on the namespace as
+never runs code from the notebook: the harness calls ``coursekit.checks.collect`` on the namespace as
 it stands and sends the record. Nothing here decides a score: the grader judges the records and
 treats anything missing, malformed or out of turn as a failure.
 
@@ -108,8 +108,8 @@ def main():
     sys.stderr = _CappedText(sys.stderr)
 
     # Everything the harness needs is imported and looked up before any student code runs.
-    import course.checks as checks
-    from course.checks import wire
+    import coursekit.checks as checks
+    from coursekit.checks import wire
     collect, record_frame, pack = checks.collect, wire.record_frame, wire.pack
 
     def send(frame):
@@ -118,7 +118,7 @@ def main():
 
     served = None
     try:
-        from course.checks.benchmark import SERVED
+        from coursekit.checks.benchmark import SERVED
         served = (SERVED, wire.pack_value, checks.Check, checks.CheckFailed)
     except Exception:  # noqa: BLE001 -- no served benchmark: the grader says so
         served = None
@@ -252,7 +252,7 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
         return {"shape": list(y.shape)}
 
     rec = collect(Check(gid, check.doc, build, check.judge, needs=check.needs), ns)
-    from course.checks import wire
+    from coursekit.checks import wire
     send(wire.pack({"event": "ready", "n": n, "ok": rec["ok"]}))
     if not rec["ok"]:
         return rec
@@ -285,7 +285,7 @@ def _block_ops(names):
     it (the grader scans the source, and judges values)."""
     if not names:
         return None
-    from course.checks.ops import block_kernels
+    from coursekit.checks.ops import block_kernels
     return block_kernels(names)
 
 

@@ -18,10 +18,10 @@ it is :mod:`autograder.protocol`'s. Here, in the grader:
    torch's module from that seed: no work can be skipped or cached, and a wrong output fails the
    benchmark;
 3. the result (seconds per call per round, both sides measured here) goes to
-   :func:`course.checks.benchmark.served_report`, which applies the same
-   :data:`~course.checks.benchmark.LIMITS` as the notebook's own benchmark.
+   :func:`coursekit.checks.benchmark.served_report`, which applies the same
+   :data:`~coursekit.checks.benchmark.LIMITS` as the notebook's own benchmark.
 
-Patching the clock, ``torch.cuda.Event`` or ``course.bench`` inside the sandbox changes nothing:
+Patching the clock, ``torch.cuda.Event`` or ``coursekit.bench`` inside the sandbox changes nothing:
 no time measured there is used.
 """
 from __future__ import annotations
@@ -65,11 +65,11 @@ def measure(gid: str, stdin, ch: Channel):
     """One benchmark's rounds (see the module docstring); a dict, or a str saying what failed."""
     import torch
 
-    from course import bench
-    from course.checks import CheckFailed
-    from course.checks import wire
-    from course.checks.benchmark import LIMITS, SERVED, robust_ratio
-    from course.checks.compare import expect_close, expect_tensor
+    from coursekit import bench
+    from coursekit.checks import CheckFailed
+    from coursekit.checks import wire
+    from coursekit.checks.benchmark import LIMITS, SERVED, robust_ratio
+    from coursekit.checks.compare import expect_close, expect_tensor
 
     spec = SERVED.get(gid)
     if spec is None:

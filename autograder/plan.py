@@ -238,7 +238,7 @@ IPYTHON_RUNNERS = frozenset({"run_cell", "run_cell_async", "ex", "ev", "run_code
                              "safe_execfile_ipy", "safe_run_module", "push", "define_macro", "magic",
                              "input_transformers_post", "input_transformers_cleanup", "input_transformer_manager",
                              "ast_transformers", "register_magic_function", "events", "set_hook"})
-#: the student's code names the graded checks look up (fallback when course.checks is unavailable)
+#: the student's code names the graded checks look up (fallback when coursekit.checks is unavailable)
 CONTRACT_NAMES = ("LayerNorm", "RMSNorm", "apply_residual_connection", "ResidualBlock", "TransformerBlock",
                   "TransformerStack", "rmsnorm_backward", "layernorm_backward", "FusedAddRMSNorm")
 
@@ -249,7 +249,7 @@ _CODE_HINT = re.compile(r"\bimport\b|[(=\n]")
 @functools.lru_cache(maxsize=1)
 def _contract_names() -> frozenset:
     try:
-        from course.checks import load_all
+        from coursekit.checks import load_all
         names = {n for c in load_all().values() for n in c.needs}
     except Exception:  # noqa: BLE001 -- the scan must not depend on the checks importing
         names = set()
@@ -796,7 +796,7 @@ def scan_forbidden(answer_cells: list[str], added_cells=None, forbidden_ops=None
     """What in the student's code uses (or may reach) a built-in normalization: [] when nothing.
 
     ``answer_cells``: the student's answer cells (nbgrader ``solution: true``); ``added_cells``:
-    the cells the student added; ``forbidden_ops``: op names (``course.checks.ops.NORM_OPS``).
+    the cells the student added; ``forbidden_ops``: op names (``coursekit.checks.ops.NORM_OPS``).
     The old call ``scan_forbidden(code_cells, forbidden_ops)`` still works and scans every cell
     as an answer cell (the strict reading: scratch cells are then judged like answers).
     See the comment above for the rules.

@@ -8,7 +8,7 @@ Two pipes:
   then one ``{"op": "step", "n": n, ...}`` at a time (a cell to run or a test to probe), and
   ``{"op": "end"}`` after the last step. The benchmark's requests travel here too
   (:mod:`autograder.outside`).
-* the *reply pipe*: the harness writes frames (:func:`course.checks.wire.pack`): ``hello`` once,
+* the *reply pipe*: the harness writes frames (:func:`coursekit.checks.wire.pack`): ``hello`` once,
   then exactly one answer per step (``cell`` with the error it raised, if any; ``test`` with the
   probe's record; ``ready`` first for a benchmark the grader times), ``bye`` after ``end``.
 
@@ -16,7 +16,7 @@ The grader sends step ``n + 1`` only after the answer to step ``n`` came, in ord
 A run *finished* when every step was answered and ``bye`` came. A submission that exits, crashes,
 is killed, or writes anything out of turn stops the conversation there: the steps it did not
 answer score nothing, and its row says it did not finish. Every byte read counts against one
-budget per submission (:data:`BUDGET`), and no frame over :data:`course.checks.wire.FRAME_MAX` is
+budget per submission (:data:`BUDGET`), and no frame over :data:`coursekit.checks.wire.FRAME_MAX` is
 read at all.
 
 Code in the sandbox runs in the same process as the harness and could, in principle, write frames
@@ -32,7 +32,7 @@ import select
 import time
 from dataclasses import dataclass, field
 
-from course.checks import wire
+from coursekit.checks import wire
 
 BUDGET = 256 << 20  # bytes one submission may send back, all frames together
 STEP_GRACE_S = 30.0  # beyond the harness's own cell alarm, before the grader stops waiting
@@ -81,7 +81,7 @@ class Channel:
             raise Closed(f"a malformed message came back ({e})") from None
 
     def recv(self, timeout: float):
-        """The next frame as a value (tensors rebuilt): what :func:`course.checks.wire.pack_value` sent."""
+        """The next frame as a value (tensors rebuilt): what :func:`coursekit.checks.wire.pack_value` sent."""
         msg, arrays = self.recv_raw(timeout)
         try:
             if not isinstance(msg, dict) or "tree" not in msg:

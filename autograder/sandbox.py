@@ -89,8 +89,11 @@ def _ro_sources(course_dir: Path) -> list[tuple[str, str]]:
     pairs += [(f"/{n}", f"/{n}") for n in ("bin", "lib", "lib64", "lib32", "sbin")
               if os.path.isdir(f"/{n}") and not os.path.islink(f"/{n}")]
     # The course package at its own path, so an editable install's finder and PYTHONPATH both find
-    # it; its parent (the repository) appears as an empty folder holding only course/.
+    # it; its parent (the repository) appears as an empty folder holding only course/ and coursekit/.
     pairs.append((str(course_dir), str(course_dir)))
+    # ...and the student runtime beside it (coursekit: the check framework and visible checks)
+    kit = course_dir.parent / "coursekit"
+    pairs.append((str(kit), str(kit)))
     pairs.append((str(HARNESS), HARNESS_IN))
     return [(src, dst) for src, dst in pairs if os.path.exists(src)]
 
@@ -336,7 +339,7 @@ def ensure_bwrap(course_dir: Path = ROOT / "course") -> None:
     if shutil.which("bwrap") is None:
         why = "bubblewrap (bwrap) is not installed: run `make system` (Debian package bubblewrap)"
     else:
-        probe = ["python", "-c", "import course.checks, torch, IPython; print('ok')"]
+        probe = ["python", "-c", "import coursekit.checks, torch, IPython; print('ok')"]
         res = run_sandboxed(probe, limits=Limits(wall_s=120), course_dir=course_dir)
         if res.returncode != 0 or res.output.strip().splitlines()[-1:] != ["ok"]:
             who = "" if os.geteuid() != 0 else f" as the unprivileged uid {SANDBOX_UIDS[0]}"

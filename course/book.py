@@ -162,6 +162,22 @@ def launch_links(notebook: str, config: Path = ROOT / "_config.yml") -> str:
     return f"[Open in Colab]({colab}) · [Open in Binder (JupyterLab)]({binder})"
 
 
+def runtime_install(config: Path = ROOT / "_config.yml") -> str:
+    """Markdown: how to install the notebooks' runtime (``coursekit``) locally and in Colab.
+
+    The wheel is published at the book's root (``html.baseurl`` in ``_config.yml``), where
+    ``make student-pack`` leaves it for the build (``html_extra_path``).
+    """
+    import yaml
+
+    from course.pack import PIP_LINE, WHEEL
+
+    base = yaml.safe_load(Path(config).read_text())["html"]["baseurl"].rstrip("/")
+    return (f"In a fresh Python, in the unzipped student pack's folder:\n\n```bash\n{PIP_LINE}\n```\n\n"
+            f"In Colab (or any hosted notebook), run this in the notebook's first cell, then restart "
+            f"the runtime:\n\n```\n%pip install {base}/{WHEEL}\n```")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m course.book", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)

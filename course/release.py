@@ -4,7 +4,7 @@
     python -m course.release --check    # exit 1 if exercises/ differs from what nbgrader generates
 
 Before generating, each test cell's first line in solutions/ is set to its check's description
-(the check's ``doc`` in ``course.checks``), written once, so a student reads the same sentence in
+(the check's ``doc`` in ``coursekit.checks``), written once, so a student reads the same sentence in
 the notebook and in the grader's feedback. nbgrader runs in a scratch copy of the course, so the
 repository's gradebook is never touched.
 """
@@ -64,7 +64,7 @@ def sync_test_docstrings(root: Path = ROOT, check: bool = False) -> list[str]:
     import nbformat
 
     from course import cells
-    from course.checks import get
+    from coursekit.checks import get
 
     stale = []
     for a in assignments(root):

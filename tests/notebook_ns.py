@@ -1,4 +1,4 @@
-"""Namespaces like a notebook kernel's, for running course.checks in-process (the fast loop).
+"""Namespaces like a notebook kernel's, for running coursekit.checks in-process (the fast loop).
 
 ``setup_ns``: the notebook's locked setup cell run; ``solution_ns``: setup then the solution
 cells of solutions/; ``stub_ns``: the released (stub) notebook's code cells; ``code_ns``: setup
@@ -14,7 +14,7 @@ import warnings
 
 import nbformat
 
-from course.checks import CheckFailed, collect, get, verdict
+from coursekit.checks import CheckFailed, collect, get, verdict
 from course import cells
 from course.release import ROOT
 
@@ -37,7 +37,7 @@ def grade_ids(assignment: str) -> list[str]:
 
 
 def is_benchmark(grade_id: str) -> bool:
-    from course.checks import get
+    from coursekit.checks import get
     return get(grade_id).kind == "benchmark"
 
 

@@ -82,7 +82,7 @@ def test_plan_uses_release_for_tests_and_setup_and_keeps_added_cells_in_place():
     ("%timeit LayerNorm(4)(x)", False),
 ])
 def test_static_scan(code, hit):
-    from course.checks.ops import NORM_OPS
+    from coursekit.checks.ops import NORM_OPS
     assert bool(planmod.scan_forbidden([code], NORM_OPS)) == hit
 
 
@@ -127,12 +127,12 @@ def test_sample_class_picks_fixtures_by_name(monkeypatch):
 
 
 def test_sandbox_shows_the_checks_but_not_the_books_experiment_code():
-    """course.checks is importable inside the sandbox; course.experiments (whose Block is close to
+    """coursekit.checks is importable inside the sandbox; course.experiments (whose Block is close to
     exercise 04's answer) and solutions/ are not there."""
     from autograder.sandbox import Limits, run_sandboxed
 
     code = ("import importlib, os\n"
-            "import course.checks\n"
+            "import coursekit.checks\n"
             "try:\n    importlib.import_module('course.experiments.blocks'); print('experiments: visible')\n"
             "except ImportError:\n    print('experiments: hidden')\n"
             f"print('solutions:', os.path.exists({str(ROOT / 'solutions')!r}))\n")

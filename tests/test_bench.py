@@ -1,4 +1,4 @@
-"""course.bench (the timing the benchmark cells and the autograder share) and the benchmark
+"""coursekit.bench (the timing the benchmark cells and the autograder share) and the benchmark
 checks' verdicts, from hand-made timings: no flaky wall-clock assertions here."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from course import bench
-from course.checks import CheckFailed
-from course.checks.benchmark import LIMITS, NORM_SHAPE, _input, _judge, robust_ratio
+from coursekit import bench
+from coursekit.checks import CheckFailed
+from coursekit.checks.benchmark import LIMITS, NORM_SHAPE, REPEAT, _input, _judge, robust_ratio
 
 
 def test_time_interleaved_gives_one_sample_per_round_and_positive_times():
@@ -67,7 +67,7 @@ def test_robust_ratio_is_not_fooled_by_one_slow_round():
 def _out(ratio, ops=()):
     x = _input(NORM_SHAPE)
     return {"grade_id": "layernorm_benchmark", "device": "cpu", "shape": list(x.shape), "dtype": "float32",
-            "bytes": x.numel() * 4, "times": {"yours": [ratio * 1e-4] * 5, "torch": [1e-4] * 5},
+            "bytes": x.numel() * 4, "times": {"yours": [ratio * 1e-4] * REPEAT, "torch": [1e-4] * REPEAT},
             "copy": 5e-5, "ops": list(ops), "threads": 1, "notes": [],
             "y": x * 0.5}
 
@@ -75,13 +75,13 @@ def _out(ratio, ops=()):
 @pytest.mark.layernorm
 def test_benchmark_verdicts(capsys):
     want = _input(NORM_SHAPE) * 0.5
-    _judge(_out(3.0), want, "LayerNorm", "torch.nn.LayerNorm")
+    _judge(_out(3.0), want, "LayerNorm", "torch.nn.LayerNorm", "layernorm_benchmark")
     assert "the limit is" in capsys.readouterr().out
     with pytest.raises(CheckFailed, match="Python loop"):
-        _judge(_out(LIMITS["layernorm_benchmark"] * 1.5), want, "LayerNorm", "torch.nn.LayerNorm")
+        _judge(_out(LIMITS["layernorm_benchmark"] * 1.5), want, "LayerNorm", "torch.nn.LayerNorm", "layernorm_benchmark")
     with pytest.raises(CheckFailed, match="torch's own"):
-        _judge(_out(1.0, ["layer_norm"]), want, "LayerNorm", "torch.nn.LayerNorm")
+        _judge(_out(1.0, ["layer_norm"]), want, "LayerNorm", "torch.nn.LayerNorm", "layernorm_benchmark")
     bad = _out(1.0)
     bad["y"] = bad["y"] * 2
     with pytest.raises(CheckFailed, match="benchmark input"):
-        _judge(bad, want, "LayerNorm", "torch.nn.LayerNorm")
+        _judge(bad, want, "LayerNorm", "torch.nn.LayerNorm", "layernorm_benchmark")

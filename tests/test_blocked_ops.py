@@ -1,4 +1,4 @@
-"""torch's built-in normalizations, as the norm exercises forbid them (course.checks.ops).
+"""torch's built-in normalizations, as the norm exercises forbid them (coursekit.checks.ops).
 
 * NORM_OPS is checked against the installed torch: every dispatcher op (and every member of
   torch.nn.functional) whose name contains "norm" is either a normalization in NORM_OPS or
@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course.checks.ops import NORM_OPS, NOT_NORMALIZATIONS, OpRecorder, op_overloads
+from coursekit.checks.ops import NORM_OPS, NOT_NORMALIZATIONS, OpRecorder, op_overloads
 from course.release import ROOT, venv_env
 
 
@@ -30,7 +30,7 @@ def _dispatcher_norm_names() -> set[str]:
 def test_every_norm_op_of_this_torch_is_classified():
     names = _dispatcher_norm_names() | {n for n in dir(F) if "norm" in n}
     unclassified = sorted(names - NORM_OPS - NOT_NORMALIZATIONS)
-    assert not unclassified, (f"torch {torch.__version__} has ops named like norms that course.checks.ops does not "
+    assert not unclassified, (f"torch {torch.__version__} has ops named like norms that coursekit.checks.ops does not "
                               f"classify: {unclassified}. Add each to NORM_OPS (a normalization a student must not "
                               "call) or to NOT_NORMALIZATIONS (a vector norm, weight norm, random normal...)")
 
@@ -78,7 +78,7 @@ import json, sys
 import torch
 import torch.nn.functional as F
 from torch import nn
-from course.checks.ops import NORM_OPS, block_kernels
+from coursekit.checks.ops import NORM_OPS, block_kernels
 
 x = torch.randn(2, 3, 8)
 D = 8
@@ -226,7 +226,7 @@ BLOCKED_FIXTURE = r'''
 import sys
 sys.path.insert(0, "tests")
 from pathlib import Path
-from course.checks.ops import NORM_OPS, block_kernels
+from coursekit.checks.ops import NORM_OPS, block_kernels
 from notebook_ns import code_ns, outcome
 block_kernels(NORM_OPS)  # as the harness does before any student code runs
 ns = code_ns("01_layernorm", Path(sys.argv[1]).read_text())

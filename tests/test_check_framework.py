@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks import Check, CheckFailed, collect, verdict, wire
-from course.checks.compare import expect_close
-from course.checks.ops import NORM_OPS, OpRecorder
+from coursekit.checks import Check, CheckFailed, collect, verdict, wire
+from coursekit.checks.compare import expect_close
+from coursekit.checks.ops import NORM_OPS, OpRecorder
 
 
 def _roundtrip(value, tmp_path):
@@ -189,8 +189,8 @@ def test_a_message_head_nested_too_deeply_is_a_wire_error():
 def test_benchmarks_are_the_checks_that_declare_the_kind():
     """The grader recognises a benchmark by the check's declared kind, and every benchmark has a
     limit and a served version (timed from outside the sandbox)."""
-    from course.checks import KINDS, load_all
-    from course.checks.benchmark import LIMITS, SERVED
+    from coursekit.checks import KINDS, load_all
+    from coursekit.checks.benchmark import LIMITS, SERVED
     checks = load_all()
     assert all(c.kind in KINDS for c in checks.values())
     bench = {gid for gid, c in checks.items() if c.kind == "benchmark"}

@@ -1,4 +1,4 @@
-"""Exercises 01-04 through course.checks, in-process and fast: the solution passes every check,
+"""Exercises 01-04 through coursekit.checks, in-process and fast: the solution passes every check,
 the released stub fails every check saying it is not implemented yet, each wrong version in
 tests/fixtures/wrong/<assignment> fails the checks it names (the first with the message it
 names), each right version passes them all, and every check is lost by some wrong version.

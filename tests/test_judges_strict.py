@@ -1,4 +1,4 @@
-"""Judges count what comes back against their own cases (course.checks.compare.paired).
+"""Judges count what comes back against their own cases (coursekit.checks.compare.paired).
 
 For every registered check: the reference solution's probe record passes; the same record with
 its structure changed (each list emptied, each list shortened by one, each dict key dropped)
@@ -17,7 +17,7 @@ import functools
 
 import pytest
 
-from course.checks import CheckFailed, collect, get, load_all, verdict
+from coursekit.checks import CheckFailed, collect, get, load_all, verdict
 from notebook_ns import _quiet, grade_ids, solution_ns
 
 ASSIGNMENTS = {
@@ -124,7 +124,7 @@ import sys
 sys.path.insert(0, "tests")
 from pathlib import Path
 from notebook_ns import code_ns, grade_ids, outcome
-from course.checks import get
+from coursekit.checks import get
 ns = code_ns("01_layernorm", Path("tests/fixtures/hostile/empty_case_lists.py").read_text())
 for gid in grade_ids("01_layernorm"):
     if get(gid).kind != "benchmark":
@@ -138,7 +138,7 @@ for gid in grade_ids("01_layernorm"):
 @pytest.mark.layernorm
 def test_a_stub_that_empties_the_case_lists_earns_nothing_in_process():
     """tests/fixtures/hostile/empty_case_lists.py, run the way a notebook's test cells run it (in a
-    subprocess: it rewrites course.checks' state). Before the judges counted, it passed 6 of the 7 (11 of 15 points)."""
+    subprocess: it rewrites coursekit.checks' state). Before the judges counted, it passed 6 of the 7 (11 of 15 points)."""
     import subprocess
     import sys
 

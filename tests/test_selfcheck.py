@@ -1,4 +1,4 @@
-"""`make check NB=...` (python -m course.selfcheck): a solution notebook passes, a stub fails,
+"""`make check NB=...` (python -m coursekit.selfcheck): a solution notebook passes, a stub fails,
 hidden tests are announced, and the exit status says which."""
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import sys
 import pytest
 
 from course.release import ROOT, venv_env
-from course.selfcheck import Result, _only_smoke, _runs_something, report, results
+from coursekit.selfcheck import Result, _only_smoke, _runs_something, report, results
 
 pytestmark = [pytest.mark.layernorm]
 
 
 def _selfcheck(path):
-    return subprocess.run([sys.executable, "-m", "course.selfcheck", str(path)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "coursekit.selfcheck", str(path)], capture_output=True,
                           text=True, env=venv_env(), cwd=ROOT, timeout=600)
 
 

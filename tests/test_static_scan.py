@@ -12,7 +12,7 @@ import pytest
 from autograder.fixture_class import read_code_fixture
 from autograder.make_submission import fixtures, split_cells
 from autograder.plan import scan_forbidden
-from course.checks.ops import NORM_OPS
+from coursekit.checks.ops import NORM_OPS
 from course.release import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -186,7 +186,7 @@ def unpack_value(head: bytes, body: bytes):
 
 
 def record_frame(record: dict, extra: dict | None = None) -> bytes:
-    """A probe record (from :func:`course.checks.collect`) as a frame; ``extra`` joins its head."""
+    """A probe record (from :func:`coursekit.checks.collect`) as a frame; ``extra`` joins its head."""
     rec = dict(record)
     arrays = []
     if rec.get("ok") and isinstance(rec.get("out"), dict):
@@ -196,7 +196,7 @@ def record_frame(record: dict, extra: dict | None = None) -> bytes:
 
 
 def check_record(rec, arrays: list) -> dict:
-    """A record read from a frame, checked strictly: the shape :func:`course.checks.verdict` takes."""
+    """A record read from a frame, checked strictly: the shape :func:`coursekit.checks.verdict` takes."""
     if not isinstance(rec, dict) or not isinstance(rec.get("ok"), bool):
         raise WireError("not a probe record")
     if rec["ok"]:

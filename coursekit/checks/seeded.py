@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks import CheckFailed
+from coursekit.checks import CheckFailed
 
 DTYPE = torch.float64
 

@@ -1,6 +1,6 @@
 """Timing for the benchmark cells (and for the autograder, which times from outside the sandbox).
 
-    from course.bench import time_fn, time_interleaved
+    from coursekit.bench import time_fn, time_interleaved
     t = time_fn(lambda: layer(x))                                    # median seconds per call
     runs = time_interleaved({"yours": f, "torch": g})                # seconds per call, per round
 

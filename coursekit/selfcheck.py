@@ -1,6 +1,6 @@
 """A student's self-check: run a notebook top to bottom in a fresh kernel, report every test.
 
-    python -m course.selfcheck exercises/01_layernorm/layernorm.ipynb     (= make check NB=...)
+    python -m coursekit.selfcheck exercises/01_layernorm/layernorm.ipynb     (= make check NB=...)
 
 Prints PASS or FAIL for every visible graded test cell, with the line that says what it checks
 and, on a failure, the test's message; hidden tests (only their description is in your

@@ -2,7 +2,7 @@
 
 Every graded test cell of an exercise notebook names one check by its nbgrader grade id::
 
-    from course.checks import run
+    from coursekit.checks import run
     run("layernorm_matches_torch", globals())
 
 A check is split in two halves so that the same logic can run in two places:
@@ -15,7 +15,7 @@ A check is split in two halves so that the same logic can run in two places:
 
 ``run`` does both in the notebook's kernel: that is what the student's self-check and stock
 ``nbgrader autograde`` see. The course autograder runs only the probe, inside a sandbox, ships
-its result out as plain arrays (:mod:`course.checks.wire`), and judges in its own process, so
+its result out as plain arrays (:mod:`coursekit.checks.wire`), and judges in its own process, so
 nothing a submission does can change a verdict. Both paths go through :func:`collect` and
 :func:`verdict`, so they agree on every honest submission.
 """
@@ -30,15 +30,23 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable
 
-from course.checks.ops import OpRecorder
+from coursekit.checks.ops import OpRecorder
 
 #: exercise modules that register checks, imported lazily by :func:`get`
 EXERCISE_MODULES = (
-    "course.checks.layernorm",
-    "course.checks.rmsnorm",
-    "course.checks.residual",
-    "course.checks.transformer",
-    "course.checks.benchmark",
+    "coursekit.checks.layernorm",
+    "coursekit.checks.rmsnorm",
+    "coursekit.checks.residual",
+    "coursekit.checks.transformer",
+    "coursekit.checks.benchmark",
+)
+#: the instructor's hidden checks: imported when the ``course`` package is there (the grader, the
+#: course directory), absent from the student pack
+HIDDEN_MODULES = (
+    "course.hidden.layernorm",
+    "course.hidden.rmsnorm",
+    "course.hidden.residual",
+    "course.hidden.transformer",
 )
 
 
@@ -68,7 +76,7 @@ REGISTRY: dict[str, Check] = {}
 def frozen(mapping=(), **kw) -> MappingProxyType:
     """A read-only dict, for the case tables of the checks (tuples of tuples and frozen dicts:
     nothing a probe reads from them is writable state). The judges do not rely on it: they
-    count what comes back against their own cases (:func:`course.checks.compare.paired`)."""
+    count what comes back against their own cases (:func:`coursekit.checks.compare.paired`)."""
     return MappingProxyType(dict(mapping, **kw))
 
 
@@ -96,11 +104,11 @@ def register(grade_id: str, *, needs: tuple = (), forbidden_ops=(), kind: str = 
 
 
 def load_all() -> dict[str, Check]:
-    for mod in EXERCISE_MODULES:
+    for mod in EXERCISE_MODULES + HIDDEN_MODULES:
         try:
             importlib.import_module(mod)
-        except ModuleNotFoundError as e:  # an exercise module not written yet
-            if e.name != mod:
+        except ModuleNotFoundError as e:  # a student's install: no course.hidden
+            if e.name not in (mod, "course", "course.hidden"):
                 raise
     return REGISTRY
 
@@ -119,7 +127,8 @@ def get(grade_id: str) -> Check:
 
 def _student_frame(tb) -> str:
     """The last traceback line that is not course code: where in the student's code it broke."""
-    frames = [f for f in traceback.extract_tb(tb) if "/course/" not in f.filename.replace("\\", "/")]
+    ours = ("/course/", "/coursekit/")
+    frames = [f for f in traceback.extract_tb(tb) if not any(p in f.filename.replace("\\", "/") for p in ours)]
     if not frames:
         return ""
     f = frames[-1]
@@ -132,7 +141,7 @@ def collect(check: Check, ns: dict) -> dict:
     Record: ``{"ok": True, "out": <encoded>, "ops": [...]}`` or
     ``{"ok": False, "error": <exception type>, "message": ..., "where": ...}``.
     """
-    from course.checks import wire
+    from coursekit.checks import wire
 
     missing = [name for name in check.needs if name not in ns]
     if missing:
@@ -168,7 +177,7 @@ def explain_error(record: dict) -> str:
 
 def verdict(check: Check, record: dict) -> None:
     """Judge a record (trusted side). Returns on a pass, raises :class:`CheckFailed` otherwise."""
-    from course.checks import wire
+    from coursekit.checks import wire
 
     if not isinstance(record, dict) or not isinstance(record.get("ok"), bool):
         raise CheckFailed("no result came back from your code")

@@ -2,9 +2,9 @@
 ``residual_benchmark``, ``transformer_block_benchmark``.
 
 The probe times the student's module against torch's own (``nn.LayerNorm``, ``nn.RMSNorm``,
-``x + F(nn.LayerNorm(x))``, ``nn.TransformerEncoderLayer``) with :mod:`course.bench`,
-interleaved round by round, plus the course's solution when ``solutions/`` is there
-(:func:`course.solutions.load_reference`). It returns plain numbers: seconds per call per
+``x + F(nn.LayerNorm(x))``, ``nn.TransformerEncoderLayer``) with :mod:`coursekit.bench`,
+interleaved round by round, plus the course's solution when the instructor's code and
+``solutions/`` are there (``course.solutions.load_reference``). It returns plain numbers: seconds per call per
 round for each implementation, the device, the sizes, a copy's time, and the output.
 
 The judge passes a layer that is correct and whose time ratio to torch's (fastest run against
@@ -15,16 +15,14 @@ thread: on a shared machine, two threads per op multiply the noise.
 """
 from __future__ import annotations
 
-import statistics
-
 import torch
 from torch import nn
 
-from course import bench
-from course.checks import CheckFailed, register
-from course.checks.compare import ANY, expect_close, expect_structure, expect_tensor
-from course.checks.normcheck import affine_values, set_params
-from course.checks.ops import NORM_OPS, OpRecorder
+from coursekit import bench
+from coursekit.checks import CheckFailed, register
+from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor
+from coursekit.checks.normcheck import affine_values, set_params
+from coursekit.checks.ops import NORM_OPS, OpRecorder
 
 #: largest accepted ratio (yours / torch, :func:`robust_ratio`) per check
 LIMITS = {
@@ -58,8 +56,11 @@ def _input(shape, seed=0, device="cpu"):
 
 
 def _reference(assignment: str, name: str):
-    from course.solutions import load_reference
-
+    """The course's own solution, timed beside the student's where the instructor's code is there."""
+    try:
+        from course.solutions import load_reference
+    except ImportError:  # a student's install (the pack): no course solution column
+        return None
     try:
         ns = load_reference(assignment)
     except Exception:  # noqa: BLE001 -- a broken reference must not cost the student anything
@@ -349,12 +350,12 @@ def _served_norm(name, torch_mod):
 
 
 def _tb_values():
-    from course.checks.seeded import block_spec, values
+    from coursekit.checks.seeded import block_spec, values
     return values(block_spec(TB_SHAPE[-1], TB_FF), 4242)
 
 
 def _served_tb_build(ns):
-    from course.checks.seeded import load_into
+    from coursekit.checks.seeded import load_into
     m = ns["TransformerBlock"](TB_SHAPE[-1], TB_H, TB_FF).eval()
     load_into(m, _tb_values(), "TransformerBlock",
               "the benchmark loads known weights by the contract's names (norm1, attn, norm2, ffn)")
@@ -362,7 +363,7 @@ def _served_tb_build(ns):
 
 
 def _served_tb_torch():
-    from course.checks.seeded import torch_layer
+    from coursekit.checks.seeded import torch_layer
     return torch_layer(_tb_values(), TB_SHAPE[-1], TB_H, TB_FF, norm_first=True).float()
 
 

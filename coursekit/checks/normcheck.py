@@ -15,9 +15,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from course.checks import CheckFailed, frozen, register_check, seeded
-from course.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
-from course.checks.ops import NORM_OPS
+from coursekit.checks import CheckFailed, frozen, register_check, seeded
+from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
+from coursekit.checks.ops import NORM_OPS
 
 
 #: seeded.randn with the norm exercises' default dtype (their inputs are float32 unless asked)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from course.checks import CheckFailed
-from course.checks.wire import BadValue
+from coursekit.checks import CheckFailed
+from coursekit.checks.wire import BadValue
 
 #: default tolerances by dtype, compared in float64
 TOLERANCES = {

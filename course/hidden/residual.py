@@ -1,0 +1,165 @@
+"""The hidden checks of residual (instructor side): registered into coursekit's registry when
+this package is importable (the grader, stock nbgrader in the course directory, the tests).
+Students never get this file: their notebooks only run these checks' visible smoke calls.
+"""
+from __future__ import annotations
+
+import torch
+
+from coursekit.checks import CheckFailed, register
+from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
+from coursekit.checks.seeded import DTYPE, dropped_pattern, make_norm
+from coursekit.checks.residual import D, DROPOUT_ON_STREAM, NO_RESIDUAL, PRE_CASES, _post, _pre, build, inputs, norm_values, parts
+
+
+PRE_INSTEAD_OF_POST = "this is pre-norm, x + F(norm(x)), but norm_first=False asks for post-norm: norm(x + F(x))"
+
+
+DROPOUT_ON_X = "dropout is applied to x, the residual path; it belongs on the branch only"
+
+
+NO_DROPOUT = "no dropout in train mode: the branch should go through dropout before the add"
+
+
+DROPOUT_IN_EVAL = "dropout is still active in eval mode: use nn.Dropout (it is off after .eval())"
+
+
+@register("residual_block_postnorm", needs=("ResidualBlock",))
+class BlockPostNorm:
+    """A post-norm ResidualBlock (norm_first=False) computes LayerNorm(x + F(x))"""
+
+    @staticmethod
+    def probe(ns):
+        return [build(ns, seed, norm_first=False)(inputs(seed, scale, offset)) for seed, scale, offset in PRE_CASES]
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        for (seed, scale, offset), y in paired(PRE_CASES, out):
+            x = inputs(seed, scale, offset)
+            F_, ln = parts(seed)
+            expect_close(y, _post(F_, ln, x), what="the post-norm block's output", suspects={
+                PRE_INSTEAD_OF_POST: _pre(F_, ln, x),
+                NO_RESIDUAL + " (post-norm: norm(x + F(x)))": ln(F_(x)),
+                "the norm is missing: post-norm is norm(x + F(x))": x + F_(x),
+                "the sublayer sees norm(x) and the sum is normed again: post-norm is norm(x + F(x))": ln(x + F_(ln(x))),
+            })
+
+
+RMS_CASES = ((30, True, 1.0, 0.5), (31, True, 1e-3, 5e-4), (32, False, 1e-3, 5e-4))  # tiny x: eps matters
+
+
+@register("residual_block_rms", needs=("ResidualBlock",))
+class BlockRMS:
+    """norm='rms' uses RMSNorm with eps 1e-6 (pre-norm and post-norm)"""
+
+    @staticmethod
+    def probe(ns):
+        return [build(ns, seed, norm="rms", norm_first=first)(inputs(seed, scale, offset))
+                for seed, first, scale, offset in RMS_CASES]
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        for (seed, first, scale, offset), y in paired(RMS_CASES, out):
+            x = inputs(seed, scale, offset)
+            F_, rms = parts(seed, "rms")
+            form = _pre if first else _post
+            w = norm_values(seed, "rms")["norm.weight"]
+            ln = make_norm("layer", D, {"norm.weight": w}, "norm.")  # LayerNorm with our weight, bias 0
+            expect_close(y, form(F_, rms, x), what=f"ResidualBlock(norm='rms', norm_first={first})'s output", suspects={
+                "norm='rms' is ignored: this is LayerNorm (it subtracts the mean); use nn.RMSNorm(dim, eps=1e-6)": form(F_, ln, x),
+                "RMSNorm's eps should be 1e-6, not 1e-5": form(F_, parts(seed, "rms", eps=1e-5)[1], x),
+                "RMSNorm's eps should be 1e-6: nn.RMSNorm(dim) without eps uses the dtype's machine epsilon":
+                    form(F_, parts(seed, "rms", eps=torch.finfo(DTYPE).eps)[1], x),
+                "RMSNorm's eps should be 1e-6, not 1e-8": form(F_, parts(seed, "rms", eps=1e-8)[1], x),
+            })
+
+
+SCALE_CASES = ((40, True, 0.3), (41, False, 0.3), (42, True, 2.5))
+
+
+@register("residual_block_residual_scale", needs=("ResidualBlock",))
+class BlockScale:
+    """residual_scale multiplies the branch only: x + s*F(norm(x)) (pre-norm), norm(x + s*F(x)) (post-norm)"""
+
+    @staticmethod
+    def probe(ns):
+        return [build(ns, seed, norm_first=first, residual_scale=s)(inputs(seed))
+                for seed, first, s in SCALE_CASES]
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        for (seed, first, s), y in paired(SCALE_CASES, out):
+            x = inputs(seed)
+            F_, ln = parts(seed)
+            if first:
+                expected, suspects = _pre(F_, ln, x, s), {
+                    "residual_scale is ignored: the branch should be multiplied by it": _pre(F_, ln, x),
+                    "residual_scale multiplies x: it should scale the branch only": s * x + F_(ln(x)),
+                    "residual_scale multiplies the whole output: it should scale the branch only": s * _pre(F_, ln, x),
+                    "residual_scale multiplies the sublayer's input: it should scale its output": x + F_(s * ln(x)),
+                }
+            else:
+                expected, suspects = _post(F_, ln, x, s), {
+                    "residual_scale is ignored: the branch should be multiplied by it": _post(F_, ln, x),
+                    "residual_scale multiplies x: it should scale the branch only": ln(s * x + F_(x)),
+                    "residual_scale multiplies the normed output: it should scale the branch, inside the norm":
+                        s * _post(F_, ln, x),
+                }
+            expect_close(y, expected, what=f"ResidualBlock(norm_first={first}, residual_scale={s})'s output",
+                         suspects=suspects)
+
+
+@register("residual_block_dropout", needs=("ResidualBlock",))
+class BlockDropout:
+    """Dropout acts on the branch only, in train mode; in eval mode the block is deterministic and has no dropout"""
+
+    SEED, P, S = 50, 0.5, 0.7
+
+    @staticmethod
+    def probe(ns):
+        c = BlockDropout
+        out = {}
+        x = inputs(c.SEED)
+        blk = build(ns, c.SEED, dropout=c.P, residual_scale=c.S).train()
+        torch.manual_seed(c.SEED)
+        out["train"] = blk(x)
+        blk.eval()
+        out["eval"] = [blk(x), blk(x)]
+        post = build(ns, c.SEED, dropout=c.P, norm_first=False).eval()
+        out["post_eval"] = post(x)
+        return out
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        c = BlockDropout
+        expect_structure(out, {"train": ANY, "eval": [ANY, ANY], "post_eval": ANY})
+        x = inputs(c.SEED)
+        F_, ln = parts(c.SEED)
+        branch = c.S * F_(ln(x))
+        what = f"the pre-norm block's output in train mode (dropout={c.P})"
+        y = expect_tensor(out["train"], what)
+        if y.shape != x.shape:
+            raise CheckFailed(f"{what} has shape {tuple(y.shape)}, expected {tuple(x.shape)}")
+        if not dropped_pattern(y - x, branch, c.P):
+            if dropped_pattern(y, x + branch, c.P):
+                raise CheckFailed(f"{what} is wrong: {DROPOUT_ON_STREAM}")
+            if dropped_pattern(y - branch, x, c.P):
+                raise CheckFailed(f"{what} is wrong: {DROPOUT_ON_X}")
+            if torch.allclose(y, x + branch, rtol=1e-7, atol=1e-7):
+                raise CheckFailed(f"{what} is wrong: {NO_DROPOUT}")
+            if dropped_pattern(y - x, F_(ln(x)), c.P):
+                raise CheckFailed(f"{what} is wrong: residual_scale is not applied to the dropped branch")
+            raise CheckFailed(f"{what} is wrong: output - x should be the branch residual_scale * F(norm(x)) with "
+                              f"dropout applied (each element 0 or divided by 1 - p), and it is not")
+        for i, y_eval in enumerate(out["eval"]):
+            what = "the pre-norm block's output in eval mode" + (" (called twice)" if i else "")
+            y_eval = expect_tensor(y_eval, what)
+            if y_eval.shape == x.shape and not torch.allclose(y_eval, x + branch, rtol=1e-7, atol=1e-7) \
+                    and dropped_pattern(y_eval - x, branch, c.P):
+                raise CheckFailed(f"{what} is wrong: {DROPOUT_IN_EVAL}")
+            expect_close(y_eval, x + branch, what=what)
+        expect_close(out["post_eval"], _post(F_, ln, x), what="the post-norm block's output in eval mode")

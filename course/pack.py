@@ -1,0 +1,194 @@
+"""The student pack: ``python -m course.pack`` (what ``make student-pack`` runs).
+
+Writes ``_build/student-pack.zip``: every released notebook (``exercises/``), the student runtime
+``coursekit`` as a wheel, and a README whose first ``pip install`` line sets a fresh Python up.
+The wheel is also left beside the zip (``_build/pack/``), where the book publishes it.
+
+Nothing from the instructor's side goes in: the wheel is built from ``coursekit/`` alone (the
+check framework and the visible checks), and :func:`leaks` refuses a pack in which any file holds
+a line of a solution, a hidden check's grade id, or the instructor's packages.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import coursekit
+from course import cells
+from course.release import ROOT, assignments
+
+OUT = ROOT / "_build"
+PACK_DIR = OUT / "pack"
+ZIP = OUT / "student-pack.zip"
+WHEEL = f"coursekit-{coursekit.__version__}-py3-none-any.whl"
+#: what the runtime needs in a student's Python (the wheel's dependencies)
+REQUIRES = ["torch>=2.5", "numpy", "matplotlib", "nbformat", "nbclient", "ipykernel"]
+TORCH = "torch==2.13.0"  # the version the course is tested with
+PIP_LINE = (f"pip install --extra-index-url https://download.pytorch.org/whl/cpu {TORCH} jupyterlab "
+            f"./{WHEEL}")
+
+PYPROJECT = """[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "coursekit"
+version = "{version}"
+description = "Test runtime for the exercise notebooks of the course on residual connections and normalization layers"
+requires-python = ">=3.10"
+dependencies = {deps}
+
+[tool.setuptools.packages.find]
+include = ["coursekit*"]
+"""
+
+README = """# Residual connections and normalization layers: the exercises
+
+Set a fresh Python (3.10 or newer) up, in this folder, with one line:
+
+    {pip}
+
+(The extra index gives PyTorch's CPU build, a few hundred MB; leave it out on a machine with an
+NVIDIA GPU to get the CUDA build from PyPI.) Then open the notebooks:
+
+    jupyter lab
+
+| notebook | you implement |
+|---|---|
+{rows}
+
+Replace each `raise NotImplementedError()` with your code. The cells after it test what you wrote
+and say what is wrong when something is. To check a whole notebook the way the grader runs it,
+top to bottom in a fresh kernel, printing every visible test as PASS or FAIL:
+
+    python -m coursekit.selfcheck {first}
+
+The grader also runs hidden tests (their descriptions are in the notebook), so passing every
+visible test is necessary, not sufficient. Hand in the notebook file the way your instructor asks,
+under its own name.
+
+In Colab, run the `%pip install` line from the exercise's page in the book in the notebook's first
+cell, then restart the runtime.
+"""
+
+
+def build_wheel(dest: Path) -> Path:
+    """``coursekit`` alone as a wheel in ``dest`` (pip, offline: no build isolation)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        shutil.copytree(ROOT / "coursekit", src / "coursekit",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        deps = "[" + ", ".join(f'"{d}"' for d in REQUIRES) + "]"
+        (src / "pyproject.toml").write_text(PYPROJECT.format(version=coursekit.__version__, deps=deps))
+        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                               "--quiet", "-w", str(dest), str(src)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"building the coursekit wheel failed:\n{proc.stdout}\n{proc.stderr}")
+    return dest / WHEEL
+
+
+def _notebooks() -> list[Path]:
+    return [nb for a in assignments() for nb in sorted((ROOT / "exercises" / a).glob("*.ipynb"))]
+
+
+def secrets() -> dict[str, set]:
+    """What no file of the pack may hold: a line of a solution, a hidden check's grade id."""
+    import nbformat
+
+    lines, hidden = set(), set()
+    for a in assignments():
+        for path in sorted((ROOT / "solutions" / a).glob("*.ipynb")):
+            for c in nbformat.read(str(path), as_version=4).cells:
+                src = cells.source(c)
+                if cells.role(c) == "answer" and "### BEGIN SOLUTION" in src:
+                    body = src.split("### BEGIN SOLUTION", 1)[1].split("### END SOLUTION", 1)[0]
+                    # a line long enough to be the solution's own, not a stub's `return x`
+                    lines |= {ln.strip() for ln in body.splitlines() if len(ln.strip()) >= 24}
+                if cells.role(c) == "test" and "### BEGIN HIDDEN TESTS" in src:
+                    hidden.add(cells.grade_id(c))
+    return {"solution lines": lines, "hidden checks": hidden}
+
+
+def leaks(zip_path: Path) -> list[str]:
+    """Every file in the pack (the wheel's files included) that holds something of :func:`secrets`,
+    and every file of the wheel that is not the runtime's own (``coursekit/``, its metadata)."""
+    sec = secrets()
+    found = []
+
+    def scan(name: str, text: str):
+        for kind, items in sec.items():
+            for s in items:
+                if kind == "hidden checks":
+                    # in a notebook, a hidden test's grade id is nbgrader metadata (it must be there);
+                    # what must not be there is code that runs it
+                    hit = (re.search(rf'run\(\s*\\?["\']{re.escape(s)}\\?["\']', text) if name.endswith(".ipynb")
+                           else s in text)  # in a notebook's JSON, quotes are escaped
+                else:
+                    hit = s in text
+                if hit:
+                    found.append(f"{name}: {kind}: {s[:60]}")
+
+    with zipfile.ZipFile(zip_path) as z:
+        for info in z.infolist():
+            data = z.read(info)
+            if info.filename.endswith(".whl"):
+                import io
+                with zipfile.ZipFile(io.BytesIO(data)) as w:
+                    for wi in w.infolist():
+                        if not wi.filename.startswith(("coursekit/", "coursekit-")):
+                            found.append(f"{info.filename}!{wi.filename}: not the runtime's file")
+                        scan(f"{info.filename}!{wi.filename}", w.read(wi).decode("utf-8", "replace"))
+            else:
+                scan(info.filename, data.decode("utf-8", "replace"))
+    return found
+
+
+def build(zip_path: Path = ZIP) -> Path:
+    wheel = build_wheel(PACK_DIR)
+    nbs = _notebooks()
+    rows = "\n".join(f"| `{nb.parent.name}/{nb.name}` | {_implements(nb)} |" for nb in nbs)
+    readme = README.format(pip=PIP_LINE, rows=rows, first=f"{nbs[0].parent.name}/{nbs[0].name}")
+    zip_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = zip_path.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("student-pack/README.md", readme)
+        z.write(wheel, f"student-pack/{WHEEL}")
+        for nb in nbs:
+            z.write(nb, f"student-pack/{nb.parent.name}/{nb.name}")
+    found = leaks(tmp)
+    if found:
+        tmp.unlink()
+        raise RuntimeError("the student pack would leak instructor material:\n  " + "\n  ".join(found[:20]))
+    tmp.replace(zip_path)
+    shutil.copy(zip_path, PACK_DIR / zip_path.name)  # published with the book, beside the wheel
+    return zip_path
+
+
+def _implements(nb: Path) -> str:
+    """The names a notebook's answer cells define (classes and functions), for the README's table."""
+    import nbformat
+
+    names = []
+    for c in nbformat.read(str(nb), as_version=4).cells:
+        if cells.role(c) == "answer":
+            names += re.findall(r"^(?:class|def) (\w+)", cells.source(c), re.M)
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m course.pack", description=__doc__.splitlines()[0])
+    ap.parse_args(argv)
+    path = build()
+    print(f"wrote {path.relative_to(ROOT)} ({path.stat().st_size >> 10} KB) and {PACK_DIR.relative_to(ROOT)}/{WHEEL}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

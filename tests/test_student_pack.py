@@ -1,0 +1,130 @@
+"""The student pack (``make student-pack``): what it holds, that it leaks nothing of the
+instructor's, and that a fresh Python set up from it alone runs a notebook's visible tests."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from course import pack
+from course.release import ROOT
+
+pytestmark = pytest.mark.autograder
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return pack.build(tmp_path_factory.mktemp("pack") / "student-pack.zip")
+
+
+def test_pack_holds_every_notebook_the_runtime_wheel_and_a_readme(built):
+    names = zipfile.ZipFile(built).namelist()
+    want = {f"student-pack/{p.parent.name}/{p.name}" for p in (ROOT / "exercises").glob("*/*.ipynb")}
+    assert want <= set(names) and f"student-pack/{pack.WHEEL}" in names and "student-pack/README.md" in names
+    readme = zipfile.ZipFile(built).read("student-pack/README.md").decode()
+    first_pip = next(line.strip() for line in readme.splitlines() if "pip install" in line)
+    assert first_pip == pack.PIP_LINE and pack.WHEEL in first_pip and "jupyterlab" in first_pip
+
+
+def test_the_wheel_is_the_runtime_alone(built):
+    wheel = zipfile.ZipFile(io.BytesIO(zipfile.ZipFile(built).read(f"student-pack/{pack.WHEEL}")))
+    files = wheel.namelist()
+    assert any(f == "coursekit/checks/__init__.py" for f in files)
+    assert all(f.startswith(("coursekit/", "coursekit-")) for f in files), files
+
+
+def test_pack_leaks_nothing(built):
+    assert pack.leaks(built) == []
+
+
+def _with(built: Path, tmp: Path, name: str, data: bytes, inside_wheel: bool = False) -> Path:
+    """A copy of the pack with one more file (in the wheel when ``inside_wheel``)."""
+    out = tmp / f"planted-{abs(hash((name, inside_wheel)))}.zip"
+    src = zipfile.ZipFile(built)
+    with zipfile.ZipFile(out, "w") as z:
+        for info in src.infolist():
+            blob = src.read(info)
+            if inside_wheel and info.filename.endswith(".whl"):
+                buf = io.BytesIO()
+                with zipfile.ZipFile(io.BytesIO(blob)) as w, zipfile.ZipFile(buf, "w") as w2:
+                    for wi in w.infolist():
+                        w2.writestr(wi, w.read(wi))
+                    w2.writestr(name, data)
+                blob = buf.getvalue()
+            z.writestr(info, blob)
+        if not inside_wheel:
+            z.writestr(name, data)
+    return out
+
+
+def test_the_leak_check_catches_what_it_guards_against(built, tmp_path):
+    """Each kind of leak, planted in a copy of the pack, is reported."""
+    secret = sorted(pack.secrets()["solution lines"])[0]
+    hidden = sorted(pack.secrets()["hidden checks"])[0]
+    assert pack.leaks(_with(built, tmp_path, "student-pack/notes.py", secret.encode()))
+    nb = json.dumps({"cells": [{"source": [f'run("{hidden}", globals())']}]}).encode()
+    assert pack.leaks(_with(built, tmp_path, "student-pack/extra.ipynb", nb))
+    assert pack.leaks(_with(built, tmp_path, "coursekit/extra.py", f'register("{hidden}")'.encode(), True))
+    assert pack.leaks(_with(built, tmp_path, "course/hidden/layernorm.py", b"# instructor", True))
+
+
+@pytest.fixture(scope="module")
+def fresh_python(built, tmp_path_factory):
+    """A new virtual environment with torch and the pack's wheel (and what the wheel requires) only:
+    no course, no autograder, no nbgrader."""
+    root = tmp_path_factory.mktemp("fresh")
+    venv.EnvBuilder(with_pip=True).create(root / "venv")
+    py = root / "venv" / "bin" / "python"
+    with zipfile.ZipFile(built) as z:
+        z.extractall(root)
+    pack_dir = root / "student-pack"
+    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", pack.TORCH, f"./{pack.WHEEL}"],
+                          cwd=pack_dir, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return py, pack_dir
+
+
+@pytest.mark.slow
+def test_a_fresh_python_with_the_pack_alone_passes_a_solved_notebook(fresh_python):
+    from autograder.fixture_class import solved_dict
+
+    py, pack_dir = fresh_python
+    check = subprocess.run([str(py), "-c", "import coursekit, importlib.util as u; "
+                            "print(u.find_spec('course'), u.find_spec('autograder'), u.find_spec('nbgrader'))"],
+                           capture_output=True, text=True, cwd=pack_dir)
+    assert check.stdout.split() == ["None", "None", "None"], check.stdout + check.stderr
+    solved = pack_dir / "01_layernorm" / "solved.ipynb"
+    solved.write_text(json.dumps(solved_dict("01_layernorm")))
+    proc = subprocess.run([str(py), "-m", "coursekit.selfcheck", str(solved)], capture_output=True, text=True,
+                          timeout=900, cwd=pack_dir)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "4/4 visible tests pass" in proc.stdout and "FAIL " not in proc.stdout, proc.stdout
+    assert "[hidden: graded when you submit]" in proc.stdout
+    stub = subprocess.run([str(py), "-m", "coursekit.selfcheck", "01_layernorm/layernorm.ipynb"],
+                          capture_output=True, text=True, timeout=900, cwd=pack_dir)
+    assert stub.returncode == 1 and "not implemented yet" in stub.stdout, stub.stdout[-2000:]
+
+
+def test_a_notebook_without_its_runtime_stops_with_one_sentence(tmp_path):
+    """The first cell, in a Python that lacks the runtime: one clear sentence, no traceback."""
+    import nbformat
+
+    from course import cells
+    nb = nbformat.read(str(ROOT / "exercises" / "02_rmsnorm" / "rmsnorm.ipynb"), as_version=4)
+    setup = next(c.source for c in nb.cells if cells.role(c) == "instructor")
+    # a Python without coursekit: this interpreter with the checkout and the venv's packages hidden
+    code = ("import sys\n"
+            "sys.modules['coursekit'] = None  # as if not installed\n"
+            "from IPython.core.interactiveshell import InteractiveShell\n"
+            "sh = InteractiveShell.instance()\n"
+            f"sh.run_cell({setup!r})\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert "coursekit is not installed in this Python" in out and "pip line" in out, out
+    assert "Traceback" not in out and "ModuleNotFoundError" not in out, out
