@@ -6,6 +6,11 @@ earlier results in ``--out`` that cannot be read).
 
 Grading into a folder that holds earlier results merges with them (:mod:`autograder.results`):
 this run's rows replace those of the same student and assignment, the others stay.
+
+Grading a course's own ``submitted/`` folder (SUBMISSIONS is ``<course>/submitted`` and
+``<course>`` holds an ``nbgrader_config.py``, or ``--course DIR``) also writes the scores into that
+course's gradebook and ``autograded/`` notebooks, as ``nbgrader autograde`` would
+(:mod:`autograder.nbgrader_course`); ``--no-course`` grades such a folder like any other.
 """
 from __future__ import annotations
 
@@ -24,14 +29,23 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m autograder")
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grade", help="grade a class of submissions")
-    g.add_argument("submissions", nargs="?", default=str(SAMPLE),
+    g.add_argument("submissions", nargs="?", default=None,
                    help="folder in nbgrader's submitted layout, a .zip of one, an LMS download "
-                        "(Canvas, Moodle), or one .ipynb; default: the bundled sample class")
+                        "(Canvas, Moodle), or one .ipynb; default: the --course's submitted/ folder, "
+                        "else the bundled sample class")
     g.add_argument("--out", required=True, help="output folder (grades.csv, feedback/, report.html); "
                                                 "earlier results there are kept and merged")
     g.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: cores)")
     g.add_argument("--gradebook", default=None,
-                   help="nbgrader gradebook to write (sqlite file; default OUT/gradebook.db; 'none' to skip)")
+                   help="nbgrader gradebook to write (sqlite file; default OUT/gradebook.db, or none when "
+                        "grading a course's submitted/ folder; 'none' to skip)")
+    g.add_argument("--course", default=None, metavar="DIR",
+                   help="nbgrader course directory (holds nbgrader_config.py) whose submitted/ folder is "
+                        "graded: its gradebook and autograded/ notebooks get the results, for the formgrader, "
+                        "nbgrader generate_feedback and export. Found by itself when SUBMISSIONS is "
+                        "<course>/submitted")
+    g.add_argument("--no-course", action="store_true",
+                   help="never write into a course's gradebook or autograded/ folder")
     d = Limits()
     g.add_argument("--timeout", type=float, default=d.wall_s, help=f"wall-clock seconds per notebook ({d.wall_s:g})")
     g.add_argument("--cell-timeout", type=float, default=d.cell_s, help=f"wall-clock seconds per cell ({d.cell_s:g})")
@@ -67,6 +81,30 @@ def main(argv=None) -> int:
             return 2
     else:
         print("warning: --no-sandbox: submissions run with your permissions (rlimits only)", file=sys.stderr)
+    from autograder import nbgrader_course
+    nbcourse = None
+    if args.course and args.no_course:
+        print("error: --course and --no-course exclude each other", file=sys.stderr)
+        return 2
+    if args.course:
+        try:
+            nbcourse = nbgrader_course.load(Path(args.course))
+        except nbgrader_course.CourseError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if args.submissions is None:
+            args.submissions = str(nbcourse.submitted)
+        elif Path(args.submissions).resolve() != nbcourse.submitted.resolve():
+            print(f"error: --course {args.course}: SUBMISSIONS must be that course's submitted folder "
+                  f"{nbcourse.submitted} (or left out)", file=sys.stderr)
+            return 2
+    elif args.submissions is None:
+        args.submissions = str(SAMPLE)
+    elif not args.no_course:
+        nbcourse = nbgrader_course.detect(Path(args.submissions))
+    if nbcourse is not None:
+        print(f"grading the nbgrader course {nbcourse.root}: results also go to its gradebook "
+              f"({nbcourse.db_url}) and {nbcourse.autograded}/", file=sys.stderr)
     out = Path(args.out)
     try:
         before = results.earlier(out)
@@ -92,11 +130,23 @@ def main(argv=None) -> int:
     results.write_json(outcomes, out / "results.json")
     from autograder import feedback, gradebook
     feedback.write_all(outcomes, out)
-    if (args.gradebook or "").lower() != "none":
-        db = Path(args.gradebook) if args.gradebook else out / "gradebook.db"
+    if nbcourse is not None:
+        try:
+            warned = nbgrader_course.write(fresh, nbcourse, root=Path(args.course_root),
+                                           submissions=Path(args.submissions))
+        except (nbgrader_course.CourseError, RuntimeError) as e:
+            print(f"error: the grades are in {out}, but writing them into the course failed: {e}", file=sys.stderr)
+            return 2
+        for w in warned:
+            print(f"warning: {w}", file=sys.stderr)
+    gb = args.gradebook if args.gradebook is not None else ("none" if nbcourse is not None else None)
+    if (gb or "").lower() != "none":
+        db = Path(gb) if gb else out / "gradebook.db"
         gradebook.write(fresh, db, root=Path(args.course_root))
     print(f"graded {n} submission rows in {time.perf_counter() - t0:.1f} s: {out / 'grades.csv'}, "
-          f"{out / 'report.html'}, {out / 'feedback'}/", file=sys.stderr)
+          f"{out / 'report.html'}, {out / 'feedback'}/"
+          + (f"; the course's gradebook and {nbcourse.autograded}/" if nbcourse is not None else ""),
+          file=sys.stderr)
     return 0
 
 

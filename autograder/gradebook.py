@@ -17,14 +17,22 @@ from course.release import ROOT, scratch_course, venv_env
 
 
 def populate(db: Path, assignments: list[str], root: Path = ROOT) -> None:
-    """Run ``nbgrader generate_assignment`` for each assignment, all against ``db`` (in parallel)."""
-    url = f"sqlite:///{Path(db).resolve()}"
+    """Run ``nbgrader generate_assignment`` for each assignment, all against the sqlite file ``db``."""
+    populate_url(f"sqlite:///{Path(db).resolve()}", assignments, root)
+
+
+def populate_url(url: str, assignments: list[str], root: Path = ROOT, course_id: str | None = None) -> None:
+    """Run ``nbgrader generate_assignment`` for each assignment against the database at ``url``
+    (any URL nbgrader takes), in a scratch copy of the course (``course_id``: the id to record,
+    default the one in ``nbgrader_config.py``)."""
+    extra = [f"--CourseDirectory.course_id={course_id}"] if course_id else []
     with tempfile.TemporaryDirectory() as tmp:
         course = scratch_course(Path(tmp), root)
         # One at a time: sqlite and nbgrader's schema migration do not like concurrent first writers.
         for a in assignments:
             proc = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", a, "--force",
-                                   f"--db={url}"], cwd=course, capture_output=True, text=True, env=venv_env())
+                                   f"--db={url}", *extra], cwd=course, capture_output=True, text=True,
+                                  env=venv_env())
             if proc.returncode != 0:
                 raise RuntimeError(f"nbgrader generate_assignment {a} failed:\n{proc.stdout}\n{proc.stderr}")
 
