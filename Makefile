@@ -43,7 +43,7 @@ student-pack: venv
 	$(PY) -m course.pack
 
 book: venv npm student-pack
-	$(PY) -m course.book build
+	$(PY) -m book.build build
 
 # exercises/ is generated: never edit it by hand, edit solutions/ and run this.
 exercises: venv
@@ -60,7 +60,7 @@ grade: venv system
 	$(PY) -m autograder grade --out _build/grades
 
 bench-grade: venv system
-	$(PY) -m autograder.bench_stock
+	$(PY) -m tools.bench_stock
 
 clean:
 	rm -rf _build .jupyter_cache

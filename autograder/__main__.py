@@ -22,7 +22,7 @@ from pathlib import Path
 from autograder.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = Path(__file__).resolve().parent / "sample_class"
+SAMPLE = ROOT / "tools" / "sample_class"
 
 
 def build_parser() -> argparse.ArgumentParser:

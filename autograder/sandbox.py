@@ -6,7 +6,7 @@ What the sandbox is (``bwrap`` arguments built by :func:`bwrap_argv`):
   for each concurrent job (:data:`SANDBOX_UIDS`, no such user exists on the host), so nothing the
   submission does acts as root anywhere, and files of the host (the venv, the course) are not its
   own even where it can see them; inside, ``--cap-drop ALL``: no capability, so no remounting a
-  read-only bind, no unmounting what hides ``course/experiments``;
+  read-only bind;
 * new namespaces for everything bwrap supports (``--unshare-all``: user, pid, net, ipc, uts,
   cgroup where possible): no network but a private loopback, its own pid 1, its own hostname;
 * a filesystem made of read-only binds of only what Python needs (``/usr``, the interpreter's
@@ -119,8 +119,6 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         *binds, *links,
         "--proc", "/proc", "--dev", "/dev",
         "--perms", "0700", "--size", str(limits.tmp_mb << 20), "--tmpfs", WORK,
-        # the book's experiment code stays hidden: its transformer block is close to exercise 04's answer
-        *(["--tmpfs", str(course_dir / "experiments")] if (course_dir / "experiments").is_dir() else []),
         "--chdir", WORK,
         "--clearenv",
         "--setenv", "PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin",

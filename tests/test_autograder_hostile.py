@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixture_class import build
+from tools.fixture_class import build
 from course.release import ROOT, venv_env
 
 pytestmark = pytest.mark.autograder

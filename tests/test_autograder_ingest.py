@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixture_class import release_dict, solved_dict
+from tools.fixture_class import release_dict, solved_dict
 from autograder.ingest import Catalog, discover
 from course.release import ROOT, venv_env
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixture_class import release_dict, solved_dict
+from tools.fixture_class import release_dict, solved_dict
 from course.release import ROOT, differences, venv_env
 
 pytestmark = pytest.mark.autograder

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixture_class import release_dict, solved_dict
+from tools.fixture_class import release_dict, solved_dict
 from course.release import ROOT, venv_env
 
 pytestmark = pytest.mark.autograder

@@ -10,7 +10,7 @@ import pytest
 
 from autograder import plan as planmod
 from autograder import sandbox
-from autograder.fixture_class import release_dict, solved_dict
+from tools.fixture_class import release_dict, solved_dict
 from autograder.ingest import Catalog, discover
 from course.release import ROOT
 
@@ -110,14 +110,14 @@ def test_unreadable_input_exits_2(tmp_path, capsys):
 
 
 def test_sample_class_is_in_sync():
-    """autograder/sample_class/ is exactly what `python -m autograder.sample_class` generates."""
-    from autograder.sample_class import main
+    """tools/sample_class/ is exactly what `python -m tools.sample_class` generates."""
+    from tools.sample_class import main
     assert main(["--check"]) == 0
 
 
 def test_sample_class_picks_fixtures_by_name(monkeypatch):
     """The sample class names its fixtures; a missing one is a clear error, not another fixture."""
-    import autograder.sample_class as sc
+    import tools.sample_class as sc
     assert "RMSNorm" in sc.pick("eve_cheats", "02_rmsnorm") and "rms_norm" in sc.pick("eve_cheats", "02_rmsnorm")
     monkeypatch.setitem(sc.PICKS, "cho_buggy", ("wrong", {"01_layernorm": "no_such_fixture"}))
     with pytest.raises(sc.MissingFixture, match="no_such_fixture.py, which does not exist"):
@@ -127,13 +127,13 @@ def test_sample_class_picks_fixtures_by_name(monkeypatch):
 
 
 def test_sandbox_shows_the_checks_but_not_the_books_experiment_code():
-    """coursekit.checks is importable inside the sandbox; course.experiments (whose Block is close to
+    """coursekit.checks is importable inside the sandbox; book.experiments (whose Block is close to
     exercise 04's answer) and solutions/ are not there."""
     from autograder.sandbox import Limits, run_sandboxed
 
     code = ("import importlib, os\n"
             "import coursekit.checks\n"
-            "try:\n    importlib.import_module('course.experiments.blocks'); print('experiments: visible')\n"
+            "try:\n    importlib.import_module('book.experiments.blocks'); print('experiments: visible')\n"
             "except ImportError:\n    print('experiments: hidden')\n"
             f"print('solutions:', os.path.exists({str(ROOT / 'solutions')!r}))\n")
     res = run_sandboxed(["python", "-c", code], limits=Limits(wall_s=120))

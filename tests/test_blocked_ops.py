@@ -241,7 +241,7 @@ for gid in sys.argv[2:]:
 def test_group_norm_cheats_lose_with_the_kernels_blocked(name):
     """The B fixtures, run in-process with the kernels blocked as in the sandbox: even with the op
     recorder switched off, the implementation checks fail because the kernel raises."""
-    from autograder.fixture_class import read_code_fixture
+    from tools.fixture_class import read_code_fixture
     fx = read_code_fixture(ROOT / "tests" / "fixtures" / "hostile" / f"{name}.py")
     proc = subprocess.run([sys.executable, "-c", BLOCKED_FIXTURE, str(ROOT / "tests" / "fixtures" / "hostile" / f"{name}.py"),
                            *fx["loses"]], capture_output=True, text=True, cwd=ROOT,

@@ -11,7 +11,7 @@ import functools
 
 import pytest
 
-from autograder.make_submission import fixtures
+from tools.make_submission import fixtures
 from course.release import ROOT
 from notebook_ns import assert_loses, assert_passes_all, grade_ids, outcome, solution_ns, stub_ns
 

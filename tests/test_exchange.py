@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixture_class import solved_dict
+from tools.fixture_class import solved_dict
 from course.release import ROOT, scratch_course, venv_env
 
 pytestmark = pytest.mark.autograder

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import nbformat
 import pytest
 
-from autograder.make_submission import fixtures, submission_from_code, write_submission
-from autograder.stock import autograde_stock
+from tools.make_submission import fixtures, submission_from_code, write_submission
+from tools.stock import autograde_stock
 from course.release import ROOT, assignments
 
 WRONG = ROOT / "tests" / "fixtures" / "wrong"

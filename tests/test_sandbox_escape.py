@@ -29,8 +29,8 @@ def sh(cmd):
 course_dir = os.path.dirname(course.__file__)
 r["remount_venv_rw"] = sh(f"mount -o remount,rw,bind {sys.prefix}")
 r["remount_course_rw"] = sh(f"mount -o remount,rw,bind {course_dir}")
-r["umount_experiments"] = sh(f"umount {course_dir}/experiments")
-r["experiments_visible"] = os.path.exists(os.path.join(course_dir, "experiments", "blocks.py"))
+r["umount_tmp"] = sh("umount /tmp")
+r["book_visible"] = os.path.exists(os.path.join(os.path.dirname(course_dir), "book", "experiments", "blocks.py"))
 def write(path):
     try:
         with open(path, "w") as f:
@@ -65,8 +65,9 @@ def test_read_only_binds_cannot_be_remounted_writable(attempts):
     assert attempts["remount_venv_rw"] != 0 and attempts["remount_course_rw"] != 0
 
 
-def test_what_hides_the_books_experiments_cannot_be_unmounted(attempts):
-    assert attempts["umount_experiments"] != 0 and attempts["experiments_visible"] is False
+def test_mounts_cannot_be_undone_and_the_books_code_is_not_there(attempts):
+    """book/experiments (whose transformer block is close to exercise 04's answer) is never bound."""
+    assert attempts["umount_tmp"] != 0 and attempts["book_visible"] is False
 
 
 def test_the_graders_python_and_course_cannot_be_written(attempts):

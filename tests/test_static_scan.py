@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.fixture_class import read_code_fixture
-from autograder.make_submission import fixtures, split_cells
+from tools.fixture_class import read_code_fixture
+from tools.make_submission import fixtures, split_cells
 from autograder.plan import scan_forbidden
 from coursekit.checks.ops import NORM_OPS
 from course.release import ROOT

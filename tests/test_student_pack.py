@@ -92,7 +92,7 @@ def fresh_python(built, tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_fresh_python_with_the_pack_alone_passes_a_solved_notebook(fresh_python):
-    from autograder.fixture_class import solved_dict
+    from tools.fixture_class import solved_dict
 
     py, pack_dir = fresh_python
     check = subprocess.run([str(py), "-c", "import coursekit, importlib.util as u; "

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.make_submission import add_cells, split_cells
+from tools.make_submission import add_cells, split_cells
 from course import cells
 from course.release import ROOT
 

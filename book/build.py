@@ -1,4 +1,4 @@
-"""Build the course book: ``python -m course.book build`` (what ``make book`` runs).
+"""Build the course book: ``python -m book.build build`` (what ``make book`` runs).
 
 1. MathJax 3 comes from the npm registry (``npm install --prefix .mathjax mathjax@3``), and only
    the files a page uses are copied into ``_mathjax/mathjax/`` (both folders are git-ignored;
@@ -50,9 +50,9 @@ def ensure_mathjax() -> None:
     if _installed_version() != MATHJAX_VERSION:
         npm = shutil.which("npm")
         if npm is None:
-            sys.exit("course.book: npm not found; install Node.js/npm (Debian: apt-get install npm) "
+            sys.exit("book.build: npm not found; install Node.js/npm (Debian: apt-get install npm) "
                      "so MathJax can be installed from the npm registry")
-        print(f"course.book: npm install mathjax@{MATHJAX_VERSION} into {NPM_PREFIX.name}/", flush=True)
+        print(f"book.build: npm install mathjax@{MATHJAX_VERSION} into {NPM_PREFIX.name}/", flush=True)
         NPM_PREFIX.mkdir(exist_ok=True)
         subprocess.run([npm, "install", "--prefix", str(NPM_PREFIX), "--no-audit", "--no-fund",
                         "--no-save", "--loglevel=error", f"mathjax@{MATHJAX_VERSION}"], check=True)
@@ -92,14 +92,14 @@ def build(all_pages: bool = False) -> int:
         cmd.append("--all")
     t0 = time.monotonic()
     rc = subprocess.run(cmd, cwd=ROOT).returncode
-    print(f"course.book: jupyter-book finished in {time.monotonic() - t0:.1f} s (exit {rc})", flush=True)
+    print(f"book.build: jupyter-book finished in {time.monotonic() - t0:.1f} s (exit {rc})", flush=True)
     if rc == 0:
         bad = check_no_cdn()
         if bad:
-            print(f"course.book: pages still reference the MathJax CDN: {bad}", file=sys.stderr)
+            print(f"book.build: pages still reference the MathJax CDN: {bad}", file=sys.stderr)
             rc = 1
     else:
-        print("course.book: the build failed or had warnings (they are errors here); see above",
+        print("book.build: the build failed or had warnings (they are errors here); see above",
               file=sys.stderr)
     if rc != 0:
         failed_marker.parent.mkdir(parents=True, exist_ok=True)
@@ -179,7 +179,7 @@ def runtime_install(config: Path = ROOT / "_config.yml") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m course.book", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m book.build", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build _build/html (warnings are errors)")
     b.add_argument("--all", action="store_true", help="rebuild every page, not only changed ones")

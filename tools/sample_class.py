@@ -1,7 +1,7 @@
-"""Generate the bundled sample class (autograder/sample_class/, nbgrader's submitted layout).
+"""Generate the bundled sample class (tools/sample_class/, nbgrader's submitted layout).
 
-    python -m autograder.sample_class           # regenerate
-    python -m autograder.sample_class --check   # exit 1 if the committed copy is out of date
+    python -m tools.sample_class           # regenerate
+    python -m tools.sample_class --check   # exit 1 if the committed copy is out of date
 
 Eight students, built from solutions/, exercises/ and tests/fixtures/, so `make grade` shows the
 whole flow on a fresh clone: complete, partial, buggy (wrong fixtures), correct-but-unusual
@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder.fixture_class import FIXTURES, _write, read_code_fixture, release_dict, solved_dict, with_code
-from autograder.make_submission import read_fixture
+from tools.fixture_class import FIXTURES, _write, read_code_fixture, release_dict, solved_dict, with_code
+from tools.make_submission import read_fixture
 from course.release import ROOT, assignments, sync_tree
 
 DEST = Path(__file__).resolve().parent / "sample_class"
@@ -46,11 +46,11 @@ def pick(student: str, a: str) -> str:
     """The code of the fixture ``student`` hands in for assignment ``a`` (see :data:`PICKS`)."""
     kind, names = PICKS[student]
     if a not in names:
-        raise MissingFixture(f"autograder/sample_class.py: PICKS[{student!r}] names no fixture for {a}")
+        raise MissingFixture(f"tools/sample_class.py: PICKS[{student!r}] names no fixture for {a}")
     path = FIXTURES / kind / a / f"{names[a]}.py"
     if not path.is_file():
         have = ", ".join(sorted(p.stem for p in path.parent.glob("*.py"))) or "none"
-        raise MissingFixture(f"autograder/sample_class.py: {student} hands in {path.relative_to(FIXTURES.parent.parent)}, "
+        raise MissingFixture(f"tools/sample_class.py: {student} hands in {path.relative_to(FIXTURES.parent.parent)}, "
                              f"which does not exist (fixtures there: {have}); restore it or change PICKS")
     return read_fixture(path).code
 
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
         fresh = Path(tmp) / "sample_class"
         build(fresh)
         return sync_tree(fresh, DEST, check=args.check,
-                         stale="autograder/sample_class is out of date; run `python -m autograder.sample_class`",
+                         stale="tools/sample_class is out of date; run `python -m tools.sample_class`",
                          done=f"wrote {DEST}")
 
 

@@ -1,6 +1,6 @@
 """Stock ``nbgrader autograde`` against the course autograder on the same class, side by side.
 
-    python -m autograder.bench_stock [--students N] [--jobs J]     (make bench-grade)
+    python -m tools.bench_stock [--students N] [--jobs J]     (make bench-grade)
 
 The class: N students per assignment, alternating the reference solution and the untouched stub
 (honest submissions, so both graders must agree on every test). Prints both wall times, the
@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.fixture_class import _write, release_dict, solved_dict
+from tools.fixture_class import _write, release_dict, solved_dict
 from course.release import ROOT, assignments
 
 
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=None)
     args = ap.parse_args(argv)
     from autograder.grade import grade_class
-    from autograder.stock import autograde_stock
+    from tools.stock import autograde_stock
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
