@@ -3,36 +3,23 @@
 Self-contained pages: inline CSS, plots as base64 PNG, no scripts, no external URLs. A feedback
 page says what passed, what failed and why (the checks' messages), the benchmark's numbers and
 what went wrong while the notebook ran; it never shows test code (hidden tests stay hidden).
+
+The pages are jinja2 templates (``autograder/templates/``: ``base.html.j2`` with the CSS,
+``feedback.html.j2``, ``report.html.j2``) rendered with autoescaping: every value that comes from a
+submission (student ids and names, messages, cell errors) is escaped by the template engine, and
+nothing is marked safe. This module only computes what the templates show (plots, groupings, links).
 """
 from __future__ import annotations
 
 import base64
-import html
+import functools
 import io
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
+from urllib.parse import quote
 
-CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;width:100%;margin:.5em 0}th,td{border:1px solid #ddd;padding:.35em .5em;text-align:left;vertical-align:top}
-th{background:#f4f4f4}.pass{color:#106b21;font-weight:600}.fail{color:#b3261e;font-weight:600}
-.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em;margin:.5em 0}
-.err{background:#fdecea;border-left:4px solid #b3261e;padding:.5em .8em;margin:.5em 0}
-.score{font-size:2em;font-weight:700}.muted{color:#666}code,pre{font-family:ui-monospace,monospace;font-size:.9em}
-pre{white-space:pre-wrap;background:#f7f7f7;padding:.5em}img{max-width:100%}
-"""
-
-
-def _page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body>{body}</body></html>")
-
-
-def e(s) -> str:
-    return html.escape(str(s))
-
+import jinja2
 
 STATUS_TEXT = {
     "graded": "graded",
@@ -45,48 +32,51 @@ STATUS_TEXT = {
 }
 
 
+@functools.lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("autograder", "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = lambda x, spec="g": format(x, spec)  # 15.0 -> "15", as f"{x:g}"
+    return env
+
+
+def _render(template: str, **context) -> str:
+    return environment().get_template(template).render(**context)
+
+
+def feedback_parts(o) -> tuple[str, str, str, str]:
+    """Where ``o``'s feedback page lies under the output folder, one path component each."""
+    return ("feedback", o.student_id, o.assignment, Path(o.notebook).stem + ".html")
+
+
+def feedback_href(o) -> str:
+    """The report's link to ``o``'s feedback page: each component URL-quoted (ids may hold ``#``, ``?``,
+    ``%``, spaces, Unicode), so that it resolves to the file :func:`write_all` writes."""
+    return "/".join(quote(p, safe="") for p in feedback_parts(o))
+
+
+def _is_benchmark(t) -> bool:
+    return t.grade_id.endswith("_benchmark")
+
+
 def feedback_html(o) -> str:
-    who = e(o.student_name or o.student_id)
-    body = [f"<h1>{e(o.assignment)} / {e(o.notebook)}: feedback for {who}</h1>",
-            f"<p class='score'>{o.score:g} / {o.max_score:g}</p>",
-            f"<p>Status: <b>{e(STATUS_TEXT.get(o.status, o.status))}</b>. {e(o.message)}</p>"]
-    for n in o.notes:
-        body.append(f"<div class='note'>{e(n)}</div>")
-    body.append("<h2>Tests</h2><table><tr><th>test</th><th>what it checks</th><th>points</th><th>result</th></tr>")
+    benchmarks = []
     for t in o.tests:
-        res = ("<span class='pass'>passed</span>" if t.passed else
-               f"<span class='fail'>failed</span><br>{e(t.message)}")
-        if t.passed and t.message:
-            res += f"<br><span class='muted'>{e(t.message)}</span>"
-        body.append(f"<tr><td><code>{e(t.grade_id)}</code></td><td>{e(t.doc)}</td>"
-                    f"<td>{t.points:g} / {t.max_points:g}</td><td>{res}</td></tr>")
-    body.append("</table>")
-    bench = [t for t in o.tests if t.grade_id.endswith("_benchmark")]
-    if bench:
-        body.append("<h2>Benchmark</h2>")
-        for t in bench:
+        if _is_benchmark(t):
             d = getattr(t, "detail", None) or {}
-            rows = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in d.items() if k != "report")
-            if rows:
-                body.append(f"<table><tr><th>measure</th><th>value</th></tr>{rows}</table>")
-            if d.get("report"):
-                body.append(f"<pre>{e(d['report'])}</pre>")
-            body.append(f"<p>{'passed' if t.passed else 'failed'}: {e(t.message or t.doc)}</p>")
-    if o.cell_errors:
-        body.append("<h2>Errors while your notebook ran</h2>")
-        for c in o.cell_errors:
-            body.append(f"<div class='err'><b>{e(c['label'])}</b>: <code>{e(c['error'])}</code></div>")
-    body.append("<p class='muted'>Each test is worth its points when it passes, zero otherwise. "
-                "Run the notebook top to bottom in a fresh kernel before you submit.</p>")
-    return _page(f"{o.assignment} feedback: {o.student_id}", "\n".join(body))
+            benchmarks.append({"test": t, "measures": [(k, v) for k, v in d.items() if k != "report"],
+                               "report": d.get("report")})
+    return _render("feedback.html.j2", o=o, status_text=STATUS_TEXT.get(o.status, o.status),
+                   benchmarks=benchmarks)
 
 
 def _png(fig) -> str:
+    """The figure as base64 PNG (for a data: URI), closed."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     import matplotlib.pyplot as plt
     plt.close(fig)
-    return "<img alt='plot' src='data:image/png;base64," + base64.b64encode(buf.getvalue()).decode() + "'>"
+    return base64.b64encode(buf.getvalue()).decode()
 
 
 def _group(msg: str) -> str:
@@ -105,22 +95,19 @@ def report_html(outcomes) -> str:
         if o.notebook:
             by_a[o.assignment].append(o)
     students = sorted({o.student_id for o in outcomes})
-    body = [f"<h1>Class report</h1><p>{len(students)} students, {len(by_a)} assignments, "
-            f"{len(outcomes)} rows.</p>"]
 
     # At a glance: one row per assignment.
-    body.append("<h2>At a glance</h2><table><tr><th>assignment</th><th>submitted</th><th>mean score</th>"
-                "<th>full marks</th><th>zero</th><th>problems (status)</th></tr>")
+    glance = []
     for a, os_ in sorted(by_a.items()):
         sub = [o for o in os_ if o.status != "missing"]
-        mx = max((o.max_score for o in os_), default=0) or 1
-        mean = sum(o.score for o in sub) / len(sub) if sub else 0
         st = Counter(o.status for o in os_ if o.status != "graded")
-        body.append(f"<tr><td>{e(a)}</td><td>{len(sub)} / {len(os_)}</td><td>{mean:.1f} / {mx:g}</td>"
-                    f"<td>{sum(o.score == o.max_score for o in sub)}</td><td>{sum(o.score == 0 for o in sub)}</td>"
-                    f"<td>{e(', '.join(f'{k}: {v}' for k, v in sorted(st.items())) or '-')}</td></tr>")
-    body.append("</table>")
+        glance.append({"assignment": a, "submitted": len(sub), "rows": len(os_),
+                       "mean": sum(o.score for o in sub) / len(sub) if sub else 0,
+                       "max_score": max((o.max_score for o in os_), default=0) or 1,
+                       "full": sum(o.score == o.max_score for o in sub), "zero": sum(o.score == 0 for o in sub),
+                       "problems": ", ".join(f"{k}: {v}" for k, v in sorted(st.items())) or "-"})
 
+    score_png = pass_rate_png = benchmark_png = None
     if by_a:
         n = len(by_a)
         fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 2.6), squeeze=False)
@@ -132,7 +119,7 @@ def report_html(outcomes) -> str:
             ax.set_xlabel("score")
         axes[0][0].set_ylabel("students")
         fig.suptitle("Score distribution per assignment", fontsize=10, y=1.04)
-        body.append("<h2>Score distribution</h2>" + _png(fig))
+        score_png = _png(fig)
 
         rates = []
         for a, os_ in sorted(by_a.items()):
@@ -148,7 +135,7 @@ def report_html(outcomes) -> str:
             ax.set_xlim(0, 100)
             ax.set_xlabel("% of submissions passing")
             ax.tick_params(axis="y", labelsize=7)
-            body.append("<h2>Pass rate of each test</h2>" + _png(fig))
+            pass_rate_png = _png(fig)
 
     # Most common mistakes.
     groups = Counter()
@@ -161,55 +148,43 @@ def report_html(outcomes) -> str:
                 k = (o.assignment, t.grade_id, _group(t.message))
                 groups[k] += 1
                 example.setdefault(k, t.message)
-    body.append("<h2>Most common mistakes</h2><table><tr><th>count</th><th>assignment</th><th>test</th>"
-                "<th>message (example)</th></tr>")
-    for (a, gid, _), c in groups.most_common(25):
-        body.append(f"<tr><td>{c}</td><td>{e(a)}</td><td><code>{e(gid)}</code></td>"
-                    f"<td>{e(example[(a, gid, _)][:400])}</td></tr>")
-    body.append("</table>")
+    mistakes = [{"count": c, "assignment": k[0], "grade_id": k[1], "example": example[k][:400]}
+                for k, c in groups.most_common(25)]
 
     # Benchmarks: the factor (student time / torch time) where the check reports one.
     series = defaultdict(list)
     for o in outcomes:
         for t in o.tests:
             d = getattr(t, "detail", None) or {}
-            if t.grade_id.endswith("_benchmark") and isinstance(d.get("ratio"), (int, float)):
+            if _is_benchmark(t) and isinstance(d.get("ratio"), (int, float)):
                 series[o.assignment].append(float(d["ratio"]))
-    body.append("<h2>Benchmark results</h2>")
     if series:
         fig, ax = plt.subplots(figsize=(6, 2.8))
         names = sorted(series)
-        ax.boxplot([series[k] for k in names], vert=True)
+        ax.boxplot([series[k] for k in names])  # vertical (the default)
         for i, k in enumerate(names, 1):
             ax.scatter([i] * len(series[k]), series[k], s=12, alpha=.6, color="#3b6fb6")
         ax.set_xticks(range(1, len(names) + 1), names, fontsize=8)
         ax.set_yscale("log")
         ax.set_ylabel("time / torch's time")
-        body.append(_png(fig))
-    else:
-        body.append("<p class='muted'>No benchmark timings in this run.</p>")
+        benchmark_png = _png(fig)
 
-    # Every student.
-    body.append("<h2>Students</h2><table><tr><th>student</th>" +
-                "".join(f"<th>{e(a)}</th>" for a in sorted(by_a)) + "</tr>")
+    # Every student: one cell per assignment, linking to the feedback page.
+    assignments = sorted(by_a)
     cell = {(o.student_id, o.assignment): o for o in outcomes}
+    rows = []
     for s in students:
-        row = [f"<td>{e(s)}</td>"]
-        for a in sorted(by_a):
+        cells = []
+        for a in assignments:
             o = cell.get((s, a))
-            if o is None:
-                row.append("<td>-</td>")
-                continue
-            link = f"feedback/{s}/{a}/{Path(o.notebook).stem}.html"
-            flag = "" if o.status == "graded" else f" <span class='muted'>({e(o.status)})</span>"
-            row.append(f"<td><a href='{e(link)}'>{o.score:g} / {o.max_score:g}</a>{flag}</td>")
-        body.append("<tr>" + "".join(row) + "</tr>")
-    body.append("</table>")
-    unknown = [o for o in outcomes if not o.notebook]
-    if unknown:
-        body.append("<h2>Files that match no assignment</h2><ul>" +
-                    "".join(f"<li>{e(o.student_id)}: {e(o.message)}</li>" for o in unknown) + "</ul>")
-    return _page("Class report", "\n".join(body))
+            cells.append(None if o is None else
+                         {"href": feedback_href(o), "score": o.score, "max_score": o.max_score, "status": o.status})
+        rows.append({"student_id": s, "cells": cells})
+
+    return _render("report.html.j2", n_students=len(students), n_assignments=len(by_a), n_rows=len(outcomes),
+                   assignments=assignments, glance=glance, score_png=score_png, pass_rate_png=pass_rate_png,
+                   mistakes=mistakes, benchmark_png=benchmark_png, students=rows,
+                   unknown=[o for o in outcomes if not o.notebook])
 
 
 def write_all(outcomes, out: Path) -> None:
@@ -217,7 +192,7 @@ def write_all(outcomes, out: Path) -> None:
     for o in outcomes:
         if not o.notebook:
             continue
-        p = out / "feedback" / o.student_id / o.assignment / (Path(o.notebook).stem + ".html")
+        p = out.joinpath(*feedback_parts(o))
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(feedback_html(o))
-    (out / "report.html").write_text(report_html(outcomes))
+        p.write_text(feedback_html(o), encoding="utf-8")
+    (out / "report.html").write_text(report_html(outcomes), encoding="utf-8")
