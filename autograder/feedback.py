@@ -56,7 +56,7 @@ def feedback_href(o) -> str:
 
 
 def _is_benchmark(t) -> bool:
-    return t.grade_id.endswith("_benchmark")
+    return t.kind == "benchmark"
 
 
 def feedback_html(o) -> str:

@@ -41,7 +41,12 @@ class TestResult:
     passed: bool
     message: str = ""
     detail: dict = field(default_factory=dict)  # e.g. the benchmark's timings
-    kind: str = "correctness"  # the check's kind (coursekit.checks.KINDS)
+    kind: str | None = None  # the check's kind (coursekit.checks.KINDS); None: the registered check's
+
+    def __post_init__(self):
+        if self.kind is None:  # rows made without a check at hand (not submitted, an earlier results.json)
+            check = _check(self.grade_id)
+            self.kind = check.kind if check else "correctness"
 
 
 @dataclass
