@@ -18,7 +18,7 @@ it is :mod:`autograder.protocol`'s. Here, in the grader:
    torch's module from that seed: no work can be skipped or cached, and a wrong output fails the
    benchmark;
 3. the result (seconds per call per round, both sides measured here) goes to
-   :func:`coursekit.checks.benchmark.served_report`, which applies the same
+   :func:`coursekit.checks.served.served_report`, which applies the same
    :data:`~coursekit.checks.benchmark.LIMITS` as the notebook's own benchmark.
 
 Patching the clock, ``torch.cuda.Event`` or ``coursekit.bench`` inside the sandbox changes nothing:
@@ -68,7 +68,8 @@ def measure(gid: str, stdin, ch: Channel):
     from coursekit import bench
     from coursekit.checks import CheckFailed
     from coursekit.checks import wire
-    from coursekit.checks.benchmark import LIMITS, SERVED, robust_ratio
+    from coursekit.checks.benchmark import LIMITS, robust_ratio
+    from coursekit.checks.served import SERVED
     from coursekit.checks.compare import expect_close, expect_tensor
 
     spec = SERVED.get(gid)
