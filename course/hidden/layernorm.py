@@ -9,6 +9,7 @@ import math
 import torch
 from torch import nn
 
+from coursekit.contract import LAYERNORM_EPS, RMSNORM_EPS
 from coursekit.checks import CheckFailed, frozen, register
 from coursekit.checks.compare import ANY, expect_close, paired
 from coursekit.checks.normcheck import (affine_values, call, detached_grad, expect_shape_dtype, randn,
@@ -76,10 +77,10 @@ class HardRows:
     def judge(y):
         x = _hard_input()
         vals = affine_values(32, HARD_D)
-        want32 = LN.torch_module(HARD_D, 1e-5, vals)(x).detach()
-        want64 = LN.torch_module(HARD_D, 1e-5, vals, torch.float64)(x.double()).detach().float()
-        sus_all = suspects(x.double(), vals, 1e-5, HARD_D)
-        sus_all["the default eps is not 1e-5"] = formula(x.double(), vals["weight"], vals["bias"], 1e-6)
+        want32 = LN.torch_module(HARD_D, LAYERNORM_EPS, vals)(x).detach()
+        want64 = LN.torch_module(HARD_D, LAYERNORM_EPS, vals, torch.float64)(x.double()).detach().float()
+        sus_all = suspects(x.double(), vals, LAYERNORM_EPS, HARD_D)
+        sus_all["the default eps is not 1e-5"] = formula(x.double(), vals["weight"], vals["bias"], RMSNORM_EPS)
         expect_shape_dtype(y, want32, "LayerNorm(64)'s output")
         for key, rows, what, (atol, rtol), hint in HARD_GROUPS:
             want = (want64 if key == "far" else want32)[rows]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from coursekit.contract import NORM_SHAPE, RES_D, RES_SHAPE, RMSNORM_EPS, TB_FF, TB_H, TB_SHAPE
 from coursekit import bench
 from coursekit.checks import CheckFailed, register
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor
@@ -35,9 +36,7 @@ LIMITS = {
 REPEAT = 21
 EXTRA_BATCHES = 2  # of REPEAT rounds each, only when a first ratio is within 2x of the limit
 
-NORM_SHAPE = (4, 256, 128)  # 1024 rows of 128 features, 512 KiB in float32: temporaries stay in cache
-RES_SHAPE, RES_D = (2, 512, 64), 64  # 512 positions: a loop over tokens shows
-TB_SHAPE, TB_H, TB_FF = (1, 256, 32), 4, 64  # one sequence of 256 tokens: a loop over tokens shows
+
 
 LOOP_HINT = {
     "layernorm_benchmark": "is there a Python loop over rows? Compute the statistics of all rows at "
@@ -232,11 +231,11 @@ class RMSNormBenchmark:
     @staticmethod
     def probe(ns):
         return _norm_probe(ns, "rmsnorm_benchmark", "RMSNorm", "02_rmsnorm",
-                           lambda d: nn.RMSNorm(d, eps=1e-6), NORM_OPS)
+                           lambda d: nn.RMSNorm(d, eps=RMSNORM_EPS), NORM_OPS)
 
     @staticmethod
     def judge(out):
-        m = nn.RMSNorm(NORM_SHAPE[-1], eps=1e-6)
+        m = nn.RMSNorm(NORM_SHAPE[-1], eps=RMSNORM_EPS)
         set_params(m, _bench_params("RMSNorm", NORM_SHAPE[-1]), "RMSNorm")
         want = m(_input(NORM_SHAPE)).detach()
         _judge(out, want, "RMSNorm", "torch.nn.RMSNorm", "rmsnorm_benchmark")

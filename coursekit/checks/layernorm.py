@@ -13,6 +13,7 @@ import math
 import torch
 from torch import nn
 
+from coursekit.contract import LAYERNORM_EPS
 from coursekit.checks import frozen
 from coursekit.checks.normcheck import (NormSpec, affine_values, register_forward_check,
                                         register_half_precision_check, register_parameters_check,
@@ -21,7 +22,7 @@ from coursekit.checks.normcheck import (NormSpec, affine_values, register_forwar
 NAME = "LayerNorm"
 
 
-def formula(x, w=None, b=None, eps=1e-5, dims=(-1,), *, ddof=0, eps_outside=False, center=True,
+def formula(x, w=None, b=None, eps=LAYERNORM_EPS, dims=(-1,), *, ddof=0, eps_outside=False, center=True,
             sqrt=True, rms=False, bias_first=False, dtype=torch.float64, detach=()):
     """LayerNorm by its formula in ``dtype``, with switches that reproduce known mistakes."""
     h = x.to(dtype)
@@ -62,7 +63,7 @@ def suspects(x, vals, eps, nshape) -> dict:
         "bias is not added: return weight * x_hat + bias": f(b=None),
         "weight is not applied: return weight * x_hat + bias": f(w=None),
         "bias is added before scaling: return weight * x_hat + bias, not weight * (x_hat + bias)": f(bias_first=True),
-        "the eps argument is not used (is it hard-coded?): use the eps given to the constructor": f(eps=1e-5) if eps != 1e-5 else None,
+        "the eps argument is not used (is it hard-coded?): use the eps given to the constructor": f(eps=LAYERNORM_EPS) if eps != LAYERNORM_EPS else None,
         "eps is missing: divide by sqrt(var + eps)": f(eps=0.0) if eps >= 1e-3 else None,
     }
     if len(dims) > 1:
@@ -75,7 +76,7 @@ def suspects(x, vals, eps, nshape) -> dict:
     return out
 
 
-LN = NormSpec(NAME, nn.LayerNorm, eps=1e-5, spread=2.0, values=affine_values, suspects=suspects)
+LN = NormSpec(NAME, nn.LayerNorm, eps=LAYERNORM_EPS, spread=2.0, values=affine_values, suspects=suspects)
 
 
 # --------------------------------------------------------------------------------------------

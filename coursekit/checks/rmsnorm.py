@@ -10,13 +10,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from coursekit.contract import RMSNORM_EPS
 from coursekit.checks import frozen
 from coursekit.checks.normcheck import (NormSpec, affine_values, register_forward_check,
                                         register_half_precision_check, register_parameters_check,
                                         trailing_dims)
 
 NAME = "RMSNorm"
-EPS = 1e-6
+EPS = RMSNORM_EPS
 
 
 def formula(x, w=None, eps=EPS, dims=(-1,), *, center=False, eps_outside=False, total=False,

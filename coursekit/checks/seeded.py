@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from coursekit.contract import LAYERNORM_EPS, RMSNORM_EPS
 from coursekit.checks import CheckFailed
 
 DTYPE = torch.float64
@@ -71,9 +72,9 @@ def as_module(obj, what: str) -> nn.Module:
 def make_norm(kind: str, dim: int, vals: dict | None = None, prefix: str = "", eps=None) -> nn.Module:
     """torch's own norm of the contract: LayerNorm eps 1e-5 or RMSNorm eps 1e-6, weights from ``vals``."""
     if kind == "layer":
-        m = nn.LayerNorm(dim, eps=1e-5 if eps is None else eps, dtype=DTYPE)
+        m = nn.LayerNorm(dim, eps=LAYERNORM_EPS if eps is None else eps, dtype=DTYPE)
     else:
-        m = nn.RMSNorm(dim, eps=1e-6 if eps is None else eps, dtype=DTYPE)
+        m = nn.RMSNorm(dim, eps=RMSNORM_EPS if eps is None else eps, dtype=DTYPE)
     if vals is not None:
         with torch.no_grad():
             m.weight.copy_(vals[prefix + "weight"])
