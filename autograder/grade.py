@@ -17,6 +17,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -95,9 +96,11 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
         box["closed"] = True
         box["tr"] = tr = protocol.converse(proc.stdin, protocol.Channel(reply_r), steps, job,
                                            step_s=step_s, measure=measure)
-        if not tr.finished:  # out of protocol or silent: nothing it does from now on counts
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        if tr.finished:  # it said bye: it gets a moment to exit (a traced or stuck init never does)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=protocol.EXIT_GRACE_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # out of protocol, silent, or done
+            os.killpg(proc.pid, signal.SIGKILL)
 
     work = Path(tempfile.mkdtemp(prefix="sub-", dir=scratch)) if not sandbox else None
     try:

@@ -76,7 +76,7 @@ class Lines:
         return json.loads(line)
 
 
-def _writable_full(paths=("/home/student", "/tmp")) -> bool:
+def _writable_full(paths=("/home/student", "/tmp", "/dev/shm")) -> bool:
     """Whether a writable area of the sandbox is (nearly) full: the grader says so on the row."""
     for p in paths:
         try:
@@ -118,14 +118,17 @@ def main():
 
     served = None
     try:
-        from coursekit.checks.served import SERVED
-        served = (SERVED, wire.pack_value, checks.Check, checks.CheckFailed)
+        from coursekit.checks.served import SERVED, Served
+        served = ({gid: Served(s.name, s.assignment, s.build, s.torch_module, s.x, s.torch_name)
+                   for gid, s in SERVED.items()}, wire.pack_value, checks.Check, checks.CheckFailed)
     except Exception:  # noqa: BLE001 -- no served benchmark: the grader says so
         served = None
     tests, load_error = {}, None
     try:
         checks.load_all()
-        tests = dict(checks.REGISTRY)
+        # the harness's own copies of each check's parts, taken before any student code runs
+        tests = {gid: checks.Check(gid, c.doc, c.probe, c.judge, c.forbidden_ops, c.needs, c.kind)
+                 for gid, c in checks.REGISTRY.items()}
     except Exception as e:  # noqa: BLE001 -- the course package itself is broken: every test reports it
         load_error = f"the course's checks could not be imported: {type(e).__name__}: {e}"
     blocked = _block_ops(job.get("block_ops") or [])
@@ -133,6 +136,7 @@ def main():
     from IPython.core.interactiveshell import InteractiveShell
     shell = InteractiveShell.instance(colors="NoColor")
     shell.user_ns["__name__"] = "__main__"
+    shell.enable_gui = lambda gui=None: None  # %matplotlib inline: plots go nowhere (MPLBACKEND=Agg)
     cell_s = float(job.get("cell_s", 120))
     test_s = float(job.get("test_s", max(cell_s, 120)))
     probed = {}  # name -> the objects the correctness tests found under it (the benchmark times those)
@@ -244,6 +248,9 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
 
     def build(ns):
         m = spec.build(ns)
+        cls = ns.get(spec.name)
+        if isinstance(cls, type) and type(m) is not cls:
+            raise CheckFailed(f"the benchmark built a {type(m).__name__}, not your {spec.name}")
         with torch.no_grad():
             y = m(spec.x(0))
         if type(y) is not torch.Tensor:

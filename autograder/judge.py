@@ -36,12 +36,20 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
     served = served or {}
     from coursekit.checks import CheckFailed, verdict
 
+    machinery = planmod.scan_machinery(plan.answer_code + plan.added_code)
     results = []
     for t in tests:
         check = _check(t.grade_id)
         doc = check.doc if check else t.grade_id
         record = records.get(t.index)
         passed, msg, detail = False, "", {}
+        if machinery and check is not None:  # the probes ran beside code that can reach them
+            also = planmod.scan_forbidden(plan.answer_code, plan.added_code, check.forbidden_ops) \
+                if check.forbidden_ops else []
+            record = (f"your code reaches into the course's grading machinery ({', '.join(machinery[:6])}), "
+                      "so no result from your notebook can be trusted and no test scores. Nothing in the "
+                      "exercise needs it: remove it, or ask your instructor to look at your notebook"
+                      + (f". It also uses {', '.join(also)}" if also else ""))
         bench = check is not None and check.kind == "benchmark"
         if check is None:
             msg = f"the grader has no check {t.grade_id!r} (instructor: is the course package complete?)"

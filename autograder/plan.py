@@ -837,3 +837,58 @@ def _scan(answers: tuple, added: tuple, ops: frozenset) -> tuple:
     for name in sorted(scan.tainted.keys() & scan.graded_refs):
         scan.found.add(f"{name}, bound to {scan.tainted[name]} in a cell you added and used by your graded code")
     return tuple(sorted(scan.found))
+
+
+# ------------------------------------------------------------------------------------------------
+# The grading machinery: no exercise's code may reach into it
+# ------------------------------------------------------------------------------------------------
+# The probes run in the student's process, beside the student's code: code that imports the
+# check modules can swap a probe, compute what a judge expects, or switch the kernel block off.
+# No honest notebook does: the released setup cell imports ``run`` and ``smoke`` from coursekit,
+# and nothing else of the course is needed to answer. So every cell is scanned (answers and
+# scratch cells, every exercise), and a hit costs every test of the notebook, with a message
+# saying why, for a human to look at.
+
+#: packages of the course and its grader: importing anything of them but the public runtime
+MACHINERY_PACKAGES = ("coursekit", "course", "autograder", "book", "tools")
+PUBLIC_RUNTIME = frozenset({"run", "smoke", "CheckFailed"})  # ``from coursekit import run, smoke``
+#: names of the machinery's own objects
+MACHINERY_NAMES = frozenset({"REGISTRY", "SERVED", "_ACTIVE", "OpRecorder", "block_kernels", "load_all",
+                             "collect", "verdict", "torch_module", "torch_cls"})
+#: routes that load code or objects by a name or bytes the scan cannot read
+DYNAMIC_ROUTES = frozenset({"locate", "find_class", "marshal", "FunctionType", "CodeType", "import_module",
+                            "get_referrers", "get_referents", "get_objects", "modules"})
+
+
+def scan_machinery(code_cells: list[str]) -> list[str]:
+    """What in the student's cells reaches into the course's grading machinery: [] when nothing.
+    A cell that cannot be read is skipped here (the norm exercises' scan fails it; elsewhere it can
+    only run through IPython machinery that :data:`IPYTHON_RUNNERS` already names)."""
+    found = set()
+    for src in _cells(code_cells):
+        try:
+            tree = _parse(src)
+        except Exception:  # noqa: BLE001
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] in MACHINERY_PACKAGES:
+                        found.add(f"import {a.name}")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in MACHINERY_PACKAGES:
+                names = {a.name for a in node.names}
+                if node.module != "coursekit" or not names <= PUBLIC_RUNTIME:
+                    found.add(f"from {node.module} import {', '.join(sorted(names))}")
+            elif isinstance(node, (ast.Attribute, ast.Name)):
+                name = node.attr if isinstance(node, ast.Attribute) else node.id
+                if name in MACHINERY_NAMES:
+                    found.add(name)
+                elif name in DYNAMIC_ROUTES and (isinstance(node, ast.Attribute) or name != "modules"):
+                    found.add(f".{name}" if isinstance(node, ast.Attribute) else f"{name}()")
+                elif isinstance(node, ast.Attribute) and name in IPYTHON_RUNNERS and _is_get_ipython(node.value):
+                    found.add(f"get_ipython().{name}")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.value.split(".")[0] in MACHINERY_PACKAGES and _PATH_STRING.match(node.value) \
+                        and "." in node.value:
+                    found.add(f"the module name {node.value!r}")
+    return sorted(found)

@@ -36,6 +36,7 @@ from coursekit.checks import wire
 
 BUDGET = 256 << 20  # bytes one submission may send back, all frames together
 STEP_GRACE_S = 30.0  # beyond the harness's own cell alarm, before the grader stops waiting
+EXIT_GRACE_S = 10.0  # after ``bye``, before the grader kills what is left of the sandbox
 
 
 class Closed(Exception):

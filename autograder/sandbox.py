@@ -118,7 +118,11 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
         *binds, *links,
         "--proc", "/proc", "--dev", "/dev",
+        "--size", str(limits.tmp_mb << 20), "--tmpfs", "/dev/shm",
         "--perms", "0700", "--size", str(limits.tmp_mb << 20), "--tmpfs", WORK,
+        # bwrap's own root and /dev are tmpfs without a size: read-only, so that the three sized
+        # tmpfs (the working directory, /tmp, /dev/shm) are the only places a submission can write
+        "--remount-ro", "/dev", "--remount-ro", "/",
         "--chdir", WORK,
         "--clearenv",
         "--setenv", "PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin",

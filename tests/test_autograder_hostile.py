@@ -238,8 +238,27 @@ def test_benchmark_is_decided_by_the_graders_clock(graded):
     for name in CLOCK_CHEATS:
         t = bench(f"hostile-{name}")
         assert not t["passed"] and t["points"] == 0, (name, t)
+        if "grading machinery" in t["message"]:  # patch_clock patches coursekit.bench: nothing of it counts
+            continue
         assert "the time of torch.nn.LayerNorm" in t["message"], (name, t["message"])  # slow, not wrong
         assert t["detail"]["ratio"] > t["detail"]["limit"], (name, t["detail"])
+    t = bench("hostile-cache_outputs")
+    assert "the time of torch.nn.LayerNorm" in t["message"], t["message"]  # timed from outside, and slow
+
+
+def test_code_that_reaches_into_the_grading_machinery_scores_nothing(graded):
+    """Swapping a probe for the judge's own answer, switching the recorder and the kernel block off
+    through the checks' modules, swapping the served benchmark's builder: every test scores 0 and
+    the message says why."""
+    for name in ("swap_probe_for_judges_answer", "recorder_off_via_module", "served_build_swap"):
+        row = graded["results"][f"hostile-{name}"]
+        assert row["score"] == 0, (name, row["score"])
+        assert all("grading machinery" in t["message"] for t in row["tests"]), (name, row["tests"][0])
+
+
+def test_ipython_magics_at_the_top_of_an_answer_are_honest(graded):
+    row = graded["rows"]["hostile-matplotlib_magic_honest"]
+    assert float(row["score"]) == float(graded["rows"]["solution"]["score"]), row
 
 
 @pytest.mark.parametrize("name", CLOCK_CHEATS)
