@@ -181,11 +181,11 @@ def test_nothing_planted_in_the_graders_python_or_course(graded):
 
 def test_nothing_written_outside_the_sandbox(graded):
     marker = graded["marker"]
-    places = [ROOT, ROOT / "course", ROOT / "course" / "checks", Path("/tmp"), Path.home(), graded["out"],
+    places = [ROOT, ROOT / "course", ROOT / "coursekit", ROOT / "coursekit" / "checks", Path("/tmp"), Path.home(), graded["out"],
               graded["tmp"]]
     leaked = [str(p / marker) for p in places if (p / marker).exists()]
     assert not leaked, leaked
-    assert "pwned" not in (ROOT / "course" / "checks" / "__init__.py").read_text()
+    assert "pwned" not in (ROOT / "coursekit" / "checks" / "__init__.py").read_text()
     assert "pwned" not in (graded["out"] / "grades.csv").read_text()
     assert not (ROOT / "gradebook.db").exists() or b"pwned" not in (ROOT / "gradebook.db").read_bytes()[-64:]
 
