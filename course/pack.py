@@ -98,7 +98,7 @@ def _notebooks() -> list[Path]:
     return [nb for a in assignments() for nb in sorted((ROOT / "exercises" / a).glob("*.ipynb"))]
 
 
-def secrets() -> dict[str, set]:
+def instructor_material() -> dict[str, set]:
     """What no file of the pack may hold: a line of a solution, a hidden check's grade id."""
     import nbformat
 
@@ -117,9 +117,9 @@ def secrets() -> dict[str, set]:
 
 
 def leaks(zip_path: Path) -> list[str]:
-    """Every file in the pack (the wheel's files included) that holds something of :func:`secrets`,
+    """Every file in the pack (the wheel's files included) that holds something of :func:`instructor_material`,
     and every file of the wheel that is not the runtime's own (``coursekit/``, its metadata)."""
-    sec = secrets()
+    sec = instructor_material()
     found = []
 
     def scan(name: str, text: str):

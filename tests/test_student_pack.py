@@ -65,8 +65,8 @@ def _with(built: Path, tmp: Path, name: str, data: bytes, inside_wheel: bool = F
 
 def test_the_leak_check_catches_what_it_guards_against(built, tmp_path):
     """Each kind of leak, planted in a copy of the pack, is reported."""
-    secret = sorted(pack.secrets()["solution lines"])[0]
-    hidden = sorted(pack.secrets()["hidden checks"])[0]
+    secret = sorted(pack.instructor_material()["solution lines"])[0]
+    hidden = sorted(pack.instructor_material()["hidden checks"])[0]
     assert pack.leaks(_with(built, tmp_path, "student-pack/notes.py", secret.encode()))
     nb = json.dumps({"cells": [{"source": [f'run("{hidden}", globals())']}]}).encode()
     assert pack.leaks(_with(built, tmp_path, "student-pack/extra.ipynb", nb))
