@@ -18,12 +18,15 @@ from torch import nn
 
 
 def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
-    """``"layer"``: LayerNorm (default eps 1e-5); ``"rms"``: RMSNorm (default eps 1e-6)."""
+    """``"layer"``: LayerNorm (default eps 1e-5); ``"rms"``: RMSNorm (default eps 1e-6);
+    ``"none"``: the identity (a block with no norm at all, for comparison)."""
+    if kind == "none":
+        return nn.Identity()
     if kind == "layer":
         return nn.LayerNorm(d_model, eps=1e-5 if eps is None else eps)
     if kind == "rms":
         return nn.RMSNorm(d_model, eps=1e-6 if eps is None else eps)
-    raise ValueError(f"norm must be 'layer' or 'rms', not {kind!r}")
+    raise ValueError(f"norm must be 'layer', 'rms' or 'none', not {kind!r}")
 
 
 def causal_mask(n_tokens: int) -> torch.Tensor:
