@@ -14,6 +14,7 @@ The score never depends on anything the submission's process claims about itself
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -28,7 +29,7 @@ from autograder import protocol
 from autograder.ingest import Catalog, Entry, discover
 from autograder.judge import judge_records
 from autograder.outcome import Outcome, TestResult, check_for as _check
-from autograder.outside import measure
+from autograder.outside import measure, served_device
 from autograder.sandbox import HARNESS_IN, Limits, run_sandboxed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +86,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     block = sorted(set().union(*[c.forbidden_ops for c in map(_check, [t.grade_id for t in tests]) if c]))
     from coursekit.checks.served import SERVED
     steps = [dict(st, served=st["grade_id"] in SERVED) if st["kind"] == "test" else st for st in plan.steps]
-    job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block}
+    device = served_device()  # the served benchmarks' device: the harness and the grader's clock agree on it
+    job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block, "bench_device": device}
     step_s = max(limits.cell_s, 120.0) + protocol.STEP_GRACE_S
     # Results come back over a pipe of their own (the protocol); the harness gets its write end.
     reply_r, reply_w = os.pipe()
@@ -95,7 +97,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
         os.close(reply_w)  # only the sandbox holds the write end now: its exit means end-of-file
         box["closed"] = True
         box["tr"] = tr = protocol.converse(proc.stdin, protocol.Channel(reply_r), steps, job,
-                                           step_s=step_s, measure=measure)
+                                           step_s=step_s, measure=functools.partial(measure, device=device))
         if tr.finished:  # it said bye: it gets a moment to exit (a traced or stuck init never does)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=protocol.EXIT_GRACE_S)
@@ -106,7 +108,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     try:
         res = run_sandboxed(["python", HARNESS_IN, str(reply_w)], limits=limits, sandbox=sandbox,
                             course_dir=course.root / "course", on_start=on_start, pass_fds=(reply_w,),
-                            scratch=work)
+                            scratch=work, gpu=device == "cuda")
     finally:
         os.close(reply_r)
         if not box.get("closed"):

@@ -118,10 +118,18 @@ def main():
 
     served = None
     try:
-        from coursekit.checks.served import SERVED, Served
+        from coursekit.bench import bench_config
+        from coursekit.checks.served import SERVED, Served, reply
+        # the device the grader times on (its outside.served_device()); on "cuda" this is where a
+        # sandbox that cannot reach the GPU shows, before any student code runs
+        cfg = bench_config(job.get("bench_device") or "cpu")
+        if cfg.kind == "cuda" and not __import__("torch").cuda.is_available():
+            raise RuntimeError("the grader times the benchmarks on its GPU, but the sandbox cannot reach it "
+                               "(instructor: are the NVIDIA device files and driver libraries there?)")
         served = ({gid: Served(s.name, s.assignment, s.build, s.torch_module, s.x, s.torch_name)
-                   for gid, s in SERVED.items()}, wire.pack_value, checks.Check, checks.CheckFailed)
-    except Exception:  # noqa: BLE001 -- no served benchmark: the grader says so
+                   for gid, s in SERVED.items()}, wire.pack_value, checks.Check, checks.CheckFailed, reply, cfg)
+    except Exception as e:  # noqa: BLE001 -- no served benchmark: the grader says so
+        print(f"harness: no served benchmark ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
         served = None
     tests, load_error = {}, None
     try:
@@ -244,17 +252,17 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
     """
     import torch
 
-    SERVED, pack_value, Check, CheckFailed = served
+    SERVED, pack_value, Check, CheckFailed, reply, cfg = served
     spec = SERVED[gid]
     box = {}
 
     def build(ns):
-        m = spec.build(ns)
+        m = spec.build(ns, cfg)
         cls = ns.get(spec.name)
         if isinstance(cls, type) and type(m) is not cls:
             raise CheckFailed(f"the benchmark built a {type(m).__name__}, not your {spec.name}")
         with torch.no_grad():
-            y = m(spec.x(0))
+            y = m(spec.x(0, cfg))
         if type(y) is not torch.Tensor:
             raise CheckFailed(f"{spec.name} returned {type(y).__name__}, not a torch.Tensor")
         box["m"], box["shape"] = m, tuple(y.shape)
@@ -273,15 +281,16 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
             return rec
         op = req.get("op")
         try:
-            x = spec.x(int(req["seed"]))
-            if op == "ping":
-                y = torch.zeros(box["shape"])
+            seed = int(req["seed"])
+            x = spec.x(seed, cfg)
+            if op == "ping":  # the same reply, of zeros: the pipe's cost
+                y = torch.zeros(box["shape"], device=cfg.device, dtype=cfg.dtype)
             else:
                 y = x
                 with torch.no_grad():
                     for _ in range(max(1, int(req.get("k", 1)))):
                         y = m(y)  # chained: each call's input is the last call's output
-            send(pack_value({"y": y}))
+            send(pack_value({"y": reply(y, seed, cfg) if type(y) is torch.Tensor else y}))
         except BaseException as e:  # noqa: BLE001 -- student code may raise anything
             if isinstance(e, (KeyboardInterrupt, CellTimeout)):
                 raise

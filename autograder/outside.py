@@ -23,6 +23,13 @@ it is :mod:`autograder.protocol`'s. Here, in the grader:
 
 Patching the clock, ``torch.cuda.Event`` or ``coursekit.bench`` inside the sandbox changes nothing:
 no time measured there is used.
+
+On a grading host with a CUDA GPU (:func:`served_device`) the workload is the GPU one
+(:func:`coursekit.bench.bench_config`: bfloat16, transformer sizes); the sandbox gets the GPU's
+device files (:func:`autograder.sandbox.gpu_device_binds`), replies carry one number per row
+(:func:`coursekit.checks.served.reply`), this process synchronizes the GPU around its own timed
+calls, rounds are longer (:data:`TARGET_S`), and ``torch.compile`` of torch's module is timed as
+well (reported unavailable when it does not compile). The verdict is still yours against torch eager.
 """
 from __future__ import annotations
 
@@ -33,59 +40,90 @@ import time
 
 from autograder.protocol import Channel, Closed, send
 
-TARGET_S = 0.05  # one round of the student's calls lasts about this long (torch's: a fifth of it)
-MAX_K = 200  # calls per round; chained, so values stay well within the tolerance
+#: per device type: one round of the student's calls lasts about this long (torch's: a fifth of it);
+#: on a GPU a call takes ~0.1-1 ms and the pipe's round trip more, so rounds are longer there
+TARGET_S = {"cpu": 0.05, "cuda": 0.25}
+#: per device type: calls per round at most; chained, so values stay well within the tolerance
+MAX_K = {"cpu": 200, "cuda": 1000}
 ROUNDS = 9
 EXTRA_ROUNDS = 9  # once, when the ratio is within 2x of the limit
 PINGS = 5
-TOL = 5e-3  # chained calls amplify rounding differences a little (measured: under 5e-5 at 200 calls)
+# the output tolerance: coursekit.checks.served.TOL (CPU: 5e-3; chained calls amplify rounding
+# differences a little, measured under 5e-5 at 200 calls)
 BUDGET_S = 120.0  # the whole benchmark, after which it is judged on the rounds it has (at least 3)
 REPLY_S = 60.0  # one reply
 
 
+def served_device() -> str:
+    """``"cuda"`` or ``"cpu"``: where this grader runs the served benchmarks. The same answer for
+    the harness (sent in the job), the sandbox's device binds and :func:`measure`; it comes from
+    :func:`coursekit.bench.default_device`, the one place that decides."""
+    from coursekit import bench
+    return bench.default_device().type
+
+
+def _sync(device) -> None:
+    import torch
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _local(fn, x, k: int):
-    """Seconds per call of ``k`` chained calls ``y = fn(y)`` from ``x`` in this process, and the last ``y``."""
+    """Seconds per call of ``k`` chained calls ``y = fn(y)`` from ``x`` in this process, and the last
+    ``y``; on a GPU the clock starts and stops with the GPU idle (synchronized)."""
     y = x
+    _sync(x.device)
     t0 = time.perf_counter()
     for _ in range(k):
         y = fn(y)
+    _sync(x.device)
     return (time.perf_counter() - t0) / k, y
 
 
-def _next_k(k: int, t: float, best_per_call: float) -> int:
+def _next_k(k: int, t: float, best_per_call: float, kind: str = "cpu") -> int:
     """Calls in the next round: a round of about TARGET_S by the best time per call so far, and at
     least twice as many when this round was short (then the round trip weighed too much in it)."""
-    want = int(TARGET_S / max(best_per_call, 1e-7))
-    if t < TARGET_S / 2:
+    target = TARGET_S[kind]
+    want = int(target / max(best_per_call, 1e-7))
+    if t < target / 2:
         want = max(want, 2 * k)
-    return max(1, min(MAX_K, want))
+    return max(1, min(MAX_K[kind], want))
 
 
-def measure(gid: str, stdin, ch: Channel):
-    """One benchmark's rounds (see the module docstring); a dict, or a str saying what failed."""
+def measure(gid: str, stdin, ch: Channel, device: str | None = None):
+    """One benchmark's rounds (see the module docstring); a dict, or a str saying what failed.
+    ``device``: ``"cpu"`` or ``"cuda"``, the one the harness was told (default :func:`served_device`)."""
     import torch
 
     from coursekit import bench
     from coursekit.checks import CheckFailed
     from coursekit.checks import wire
     from coursekit.checks.benchmark import LIMITS, robust_ratio
-    from coursekit.checks.served import SERVED
-    from coursekit.checks.compare import expect_close, expect_tensor
+    from coursekit.checks.served import SERVED, expect_reply_close, reply
 
     spec = SERVED.get(gid)
     if spec is None:
         return f"the grader has no served benchmark {gid!r}"
+    cfg = bench.bench_config(device or served_device())
+    kind, target, max_k = cfg.kind, TARGET_S[cfg.kind], MAX_K[cfg.kind]
     torch.set_num_threads(1)  # like the sandbox: one thread (OMP_NUM_THREADS=1 there)
     t_start = time.monotonic()
     with torch.no_grad():
-        mods = {"torch": spec.torch_module()}
+        mods = {"torch": spec.torch_module(cfg)}
         try:
             from course.solutions import load_reference
             ns = load_reference(spec.assignment)
             if ns:
-                mods["course solution"] = spec.build(ns)
+                mods["course solution"] = spec.build(ns, cfg)
         except Exception:  # noqa: BLE001 -- the course solution column is optional
             pass
+        unavailable = {}
+        if cfg.compile:  # torch.compile of torch's own module: shown, never judged
+            fast, why = bench.compiled(mods["torch"], spec.x(0, cfg))
+            if fast is None:
+                unavailable["torch.compile"] = why
+            else:
+                mods["torch.compile"] = fast
 
         def ask(req):
             t0 = time.perf_counter()
@@ -97,23 +135,25 @@ def measure(gid: str, stdin, ch: Channel):
             return time.perf_counter() - t0, rep
 
         def student(seed, k, want):
+            """``want``: torch's chain of ``k`` calls from ``seed``, as :func:`reply` sends it."""
             t, rep = ask({"op": "run", "seed": seed, "k": k})
             if not isinstance(rep, dict) or "y" not in rep:
                 err = rep.get("error") if isinstance(rep, dict) else None
                 raise CheckFailed(f"your {spec.name} raised {err}" if err else "no output came back")
-            y = expect_tensor(rep["y"], spec.name)
-            expect_close(y, want, what=f"{spec.name} on the benchmark's input (a fresh random input each round)",
-                         atol=TOL, rtol=TOL, check_dtype=False)
+            expect_reply_close(rep["y"], reply(want, seed, cfg),
+                               f"{spec.name} on the benchmark's input (a fresh random input each round)", kind)
             return t
 
         try:
             # the pipe's cost: measured, and capped by what the same work costs here
-            x0 = spec.x(secrets.randbits(31))
-            shape = tuple(mods["torch"](x0).shape)
+            seed = secrets.randbits(31)
+            x0 = spec.x(seed, cfg)
+            shape = tuple(reply(mods["torch"](x0), seed, cfg).shape)  # what a reply carries
             est = []
             for _ in range(3):
                 t0 = time.perf_counter()
-                xx = spec.x(secrets.randbits(31))
+                xx = spec.x(secrets.randbits(31), cfg)
+                _sync(cfg.device)
                 f = wire.pack_value({"y": torch.zeros(shape)})
                 nh = struct.unpack("<II", f[:8])[0]
                 wire.unpack_value(f[8:8 + nh], f[8 + nh:])
@@ -128,19 +168,19 @@ def measure(gid: str, stdin, ch: Channel):
 
             # calibration: how many calls make a round of about TARGET_S on each side
             seed = secrets.randbits(31)
-            x = spec.x(seed)
+            x = spec.x(seed, cfg)
             k_local = {}
             for name, m in mods.items():
                 _local(m, x, 2)
                 one, _ = _local(m, x, 1)
-                k_local[name] = max(1, min(MAX_K, int(TARGET_S / 5 / max(one, 1e-7))))
+                k_local[name] = max(1, min(max_k, int(target / 5 / max(one, 1e-7))))
             t1 = student(seed, 1, mods["torch"](x))
             seed = secrets.randbits(31)
-            x = spec.x(seed)
+            x = spec.x(seed, cfg)
             t5 = student(seed, 5, _local(mods["torch"], x, 5)[1])
             # the slope of 1 -> 5 calls is free of the round trip's cost (a hiccup in either: the other)
             one = min((t5 - t1) / 4 if t5 > t1 else float("inf"), per_call(t5, 5))
-            k = max(1, min(MAX_K, int(TARGET_S / max(one, 1e-7))))
+            k = max(1, min(max_k, int(target / max(one, 1e-7))))
 
             times = {"yours": [], **{n: [] for n in mods}}
             ks = [k]  # calls per round, adapted after each round
@@ -150,7 +190,7 @@ def measure(gid: str, stdin, ch: Channel):
                     if len(times["yours"]) >= 3 and time.monotonic() - t_start > BUDGET_S:
                         return
                     seed = secrets.randbits(31)
-                    x = spec.x(seed)
+                    x = spec.x(seed, cfg)
                     order = ["yours", *mods] if r % 2 else [*mods, "yours"]
                     k = ks[-1]
                     want = _local(mods["torch"], x, k)[1]  # the student's k chained calls, by torch
@@ -158,7 +198,7 @@ def measure(gid: str, stdin, ch: Channel):
                         if name == "yours":
                             t = student(seed, k, want)
                             times["yours"].append(per_call(t, k))
-                            ks.append(_next_k(k, t, min(times["yours"])))
+                            ks.append(_next_k(k, t, min(times["yours"]), kind))
                         else:
                             times[name].append(_local(mods[name], x, k_local[name])[0])
 
@@ -170,4 +210,5 @@ def measure(gid: str, stdin, ch: Channel):
             return str(e)
     return {"grade_id": gid, "times": times, "bytes": x.numel() * x.element_size(), "copy": copy,
             "allowance": allowance, "ping_s": statistics.median(pings), "k": ks[-1], "k_torch": k_local["torch"],
-            "rounds": len(times["yours"])}
+            "rounds": len(times["yours"]), "device_type": kind, "device": cfg.label, "dtype": str(cfg.dtype)[6:],
+            "unavailable": unavailable}

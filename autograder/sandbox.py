@@ -18,7 +18,12 @@ What the sandbox is (``bwrap`` arguments built by :func:`bwrap_argv`):
 * ``--die-with-parent`` and ``--new-session``; the parent starts bwrap in its own process group
   and kills the group on timeout; killing the pid namespace's init kills every process in it;
 * rlimits set before exec (inherited by everything inside): address space, CPU seconds, number of
-  processes (enforced, since the uid is not root), file size, open files, no core dumps.
+  processes (enforced, since the uid is not root), file size, open files, no core dumps;
+* only when the grader's benchmarks run on a GPU (``gpu=True``, see
+  :func:`autograder.outside.served_device`): the NVIDIA device files that exist
+  (:func:`gpu_device_binds`, ``--dev-bind``), the folders of the driver's libraries that the
+  ``/usr`` bind does not cover (:func:`gpu_library_dirs`), and a data-size limit instead of the
+  address-space one (the CUDA driver reserves tens of GiB of address space it never touches).
 
 Nothing here ever falls back to running without a sandbox: :func:`ensure_bwrap` raises
 :class:`SandboxUnavailable` with the reason, and the caller decides (the CLI's ``--no-sandbox``).
@@ -79,9 +84,43 @@ def _user_process_count(uid: int) -> int:
     return n
 
 
-def _ro_sources(course_dir: Path) -> list[tuple[str, str]]:
+#: device files of an NVIDIA GPU, as globs under the device folder: the GPUs (nvidia0...), nvidiactl,
+#: nvidia-uvm, nvidia-uvm-tools, nvidia-modeset, nvidia-caps (MIG), and the DRM folder
+GPU_DEVICE_GLOBS = ("nvidia*", "dri")
+#: the CUDA driver's user-space libraries (where they are is how the host's loader finds them)
+GPU_LIBRARIES = ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1")
+
+
+def gpu_device_binds(dev_root: str | Path = "/dev") -> list[str]:
+    """``--dev-bind SRC /dev/NAME`` for each NVIDIA device file that exists under ``dev_root``
+    (the host's ``/dev``; a folder of fake files in tests): nothing when there is none."""
+    import glob
+    out = []
+    for pattern in GPU_DEVICE_GLOBS:
+        for src in sorted(glob.glob(os.path.join(str(dev_root), pattern))):
+            out += ["--dev-bind", src, "/dev/" + os.path.basename(src)]
+    return out
+
+
+def gpu_library_dirs(ld_library_path: str | None = None) -> list[str]:
+    """Folders on the host's ``LD_LIBRARY_PATH`` holding the CUDA driver's libraries, outside ``/usr``
+    (which the sandbox binds anyway, and where the loader's cache finds them on most hosts):
+    containers often put them in e.g. /usr/local/nvidia/lib64 or /run/nvidia and point
+    ``LD_LIBRARY_PATH`` there, which ``--clearenv`` would otherwise drop."""
+    path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
+    dirs = []
+    for d in filter(None, path.split(":")):
+        d = os.path.realpath(d)
+        if d in dirs or d == "/usr" or d.startswith("/usr/"):
+            continue
+        if any(os.path.exists(os.path.join(d, lib)) for lib in GPU_LIBRARIES):
+            dirs.append(d)
+    return dirs
+
+
+def _ro_sources(course_dir: Path, gpu: bool = False) -> list[tuple[str, str]]:
     """(host path, path inside) of every read-only bind: system dirs, the interpreter, the venv,
-    the course package, the harness."""
+    the course package, the harness; with ``gpu``, the driver's library folders too."""
     pairs = [(p, p) for p in ("/usr", "/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives")]
     for p in {sys.base_prefix, sys.prefix, os.path.realpath(sys.base_prefix)}:
         pairs.append((p, p))
@@ -95,16 +134,23 @@ def _ro_sources(course_dir: Path) -> list[tuple[str, str]]:
     kit = course_dir.parent / "coursekit"
     pairs.append((str(kit), str(kit)))
     pairs.append((str(HARNESS), HARNESS_IN))
+    if gpu:
+        pairs += [(d, d) for d in gpu_library_dirs()]
     return [(src, dst) for src, dst in pairs if os.path.exists(src)]
 
 
-def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool = False) -> list[str]:
+def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool = False, gpu: bool = False,
+               dev_root: str | Path = "/dev") -> list[str]:
     """bwrap's arguments. ``staged``: the read-only sources are read from :func:`stage_dir` (bwrap
-    runs as an unprivileged uid that may not walk to them: see :func:`_preexec`)."""
+    runs as an unprivileged uid that may not walk to them: see :func:`_preexec`). ``gpu``: the
+    benchmarks run on the GPU, so the NVIDIA device files under ``dev_root`` are bound in
+    (:func:`gpu_device_binds`) and the driver's library folders are reachable."""
     course_dir = Path(course_dir).resolve()
     binds = []
-    for i, (src, dst) in enumerate(_ro_sources(course_dir)):
-        binds += ["--ro-bind", str(stage_dir(course_dir) / str(i)) if staged else src, dst]
+    for i, (src, dst) in enumerate(_ro_sources(course_dir, gpu)):
+        binds += ["--ro-bind", str(stage_dir(course_dir, gpu) / str(i)) if staged else src, dst]
+    devices = gpu_device_binds(dev_root) if gpu else []
+    libs = [d for d in gpu_library_dirs() if os.path.exists(d)] if gpu else []
     links = []
     for n in ("bin", "lib", "lib64", "lib32", "sbin"):
         if os.path.islink(f"/{n}"):
@@ -117,7 +163,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         # /tmp first: binds made after it may live under /tmp (a checkout or venv in /tmp/...)
         "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
         *binds, *links,
-        "--proc", "/proc", "--dev", "/dev",
+        "--proc", "/proc", "--dev", "/dev", *devices,
         "--size", str(limits.tmp_mb << 20), "--tmpfs", "/dev/shm",
         "--perms", "0700", "--size", str(limits.tmp_mb << 20), "--tmpfs", WORK,
         # bwrap's own root and /dev are tmpfs without a size: read-only, so that the three sized
@@ -135,6 +181,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         "--setenv", "MPLBACKEND", "Agg",
         "--setenv", "OMP_NUM_THREADS", str(limits.threads),
         "--setenv", "MKL_NUM_THREADS", str(limits.threads),
+        *(["--setenv", "LD_LIBRARY_PATH", ":".join(libs)] if libs else []),
         "--",
     ]
 
@@ -142,7 +189,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
 _stage: list = []
 
 
-def stage_dir(course_dir: Path) -> Path:
+def stage_dir(course_dir: Path, gpu: bool = False) -> Path:
     """Empty mount points, one per read-only source, in a folder every user may walk through.
 
     When the grader is root, the child that becomes bwrap first takes a private mount namespace
@@ -158,7 +205,7 @@ def stage_dir(course_dir: Path) -> Path:
         _stage.append(d)
         atexit.register(shutil.rmtree, d, True)
     d = _stage[0]
-    for i, (src, _) in enumerate(_ro_sources(Path(course_dir).resolve())):
+    for i, (src, _) in enumerate(_ro_sources(Path(course_dir).resolve(), gpu)):
         p = d / str(i)
         if not p.exists():
             p.mkdir() if os.path.isdir(src) else p.touch()
@@ -193,7 +240,7 @@ def sandbox_uid():
         _free_uids.put(uid)
 
 
-def _preexec(limits: Limits, nproc_base: int, uid: int | None, stage: list[tuple[str, str]]):
+def _preexec(limits: Limits, nproc_base: int, uid: int | None, stage: list[tuple[str, str]], gpu: bool = False):
     if uid is not None:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -211,8 +258,12 @@ def _preexec(limits: Limits, nproc_base: int, uid: int | None, stage: list[tuple
             os.setgid(uid)
             os.setuid(uid)
         mb = 1 << 20
+        # with a GPU the CUDA driver reserves far more address space than any limit worth having
+        # (cuInit fails under one): the limit is then on data (writable private memory) instead,
+        # and the address space keeps the limit the grader itself runs under
+        memory = (resource.RLIMIT_DATA if gpu else resource.RLIMIT_AS, limits.memory_mb * mb)
         for res, val in (
-            (resource.RLIMIT_AS, limits.memory_mb * mb),
+            memory,
             (resource.RLIMIT_CPU, limits.cpu_s),
             (resource.RLIMIT_NPROC, nproc_base + limits.nproc),
             (resource.RLIMIT_FSIZE, limits.fsize_mb * mb),
@@ -266,21 +317,21 @@ class _Tail(threading.Thread):
 
 def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, course_dir: Path = ROOT / "course",
                   on_start=None, output_cap: int = 64 << 10, pass_fds: tuple = (),
-                  scratch: Path | None = None) -> Result:
+                  scratch: Path | None = None, gpu: bool = False) -> Result:
     """Run ``cmd`` (paths as seen inside) in a fresh sandbox; return when it and its children are gone.
 
     ``on_start(proc)`` (optional) runs in the calling thread and talks to the process over its stdin
     and the descriptors in ``pass_fds`` (inherited under the same numbers); the wall clock runs
     meanwhile, and stdin is closed after it returns. ``scratch``: with ``sandbox=False`` only, the
-    host folder used as the working directory.
+    host folder used as the working directory. ``gpu``: give the sandbox the GPU (:func:`bwrap_argv`).
     """
     with sandbox_uid() as uid:
         stage = []
         if sandbox:
-            argv = bwrap_argv(limits, course_dir, staged=uid is not None) + cmd
+            argv = bwrap_argv(limits, course_dir, staged=uid is not None, gpu=gpu) + cmd
             if uid is not None:
-                stage = [(src, str(stage_dir(course_dir) / str(i)))
-                         for i, (src, _) in enumerate(_ro_sources(Path(course_dir).resolve()))]
+                stage = [(src, str(stage_dir(course_dir, gpu) / str(i)))
+                         for i, (src, _) in enumerate(_ro_sources(Path(course_dir).resolve(), gpu))]
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
             cwd = "/"
         else:  # --no-sandbox: the instructor asked for it explicitly; only the rlimits remain
@@ -290,6 +341,8 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
                    "PYTHONPATH": str(Path(course_dir).resolve().parent), "MPLBACKEND": "Agg",
                    "OMP_NUM_THREADS": str(limits.threads),
                    "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+            if gpu and gpu_library_dirs():
+                env["LD_LIBRARY_PATH"] = ":".join(gpu_library_dirs())
             cwd, uid = str(scratch), None
         out_r, out_w = os.pipe()
         t0 = time.monotonic()
@@ -297,7 +350,7 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
                                     cwd=cwd, env=env, close_fds=True, pass_fds=tuple(pass_fds),
                                     preexec_fn=_preexec(limits, _user_process_count(
-                                        uid if uid is not None else os.getuid()), uid, stage))
+                                        uid if uid is not None else os.getuid()), uid, stage, gpu))
         finally:
             os.close(out_w)
         tail = _Tail(out_r, output_cap)

@@ -14,18 +14,104 @@ all of them alike; :func:`ratios` then compares them round by round.
 :func:`summarize` turns times into a table: median time, effective bandwidth (bytes read plus
 bytes written, divided by the time) and that bandwidth as a share of the same device's
 bandwidth for a plain copy of a tensor of the same size (:func:`copy_time`).
+
+Every benchmark (the four of :mod:`coursekit.checks.benchmark`, the grader's served one, the
+backward pass's) picks its device, dtype and sizes the same way, from :func:`bench_config`::
+
+    cfg = bench_config()                      # CUDA when torch.cuda.is_available(), else the CPU
+    sizes = cfg.sizes("norm")                 # coursekit.contract.BENCH_SIZES[cfg.kind]["norm"]
+    x = torch.randn(*sizes["input"], device=cfg.device, dtype=cfg.dtype)
+    fast, why_not = compiled(torch_module, x) if cfg.compile else (None, cfg.no_compile)
+    print(cfg.header())                       # what ran where, and what the numbers are
+    print(format_table(summarize(times, nbytes, copy_time(x), cfg.label), unavailable=...))
+
+On CUDA: bfloat16, the GPU sizes, CUDA events, and a ``torch.compile`` column. On the CPU:
+float32, the small CPU sizes, one thread, ``time.perf_counter``, and no compile column (compiling
+takes tens of seconds of a C++ compiler per module, longer than the whole benchmark).
 """
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from coursekit.contract import BENCH_DTYPE, BENCH_SIZES
+
 
 def default_device() -> torch.device:
+    """The benchmarks' device: the GPU when torch sees one, else the CPU (the one place that decides)."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+#: what the report says instead of a torch.compile column on the CPU
+NO_COMPILE_ON_CPU = ("torch.compile is not timed on the CPU: compiling a module there takes tens of "
+                     "seconds of a C++ compiler, longer than the whole benchmark")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How a benchmark runs on one device: see :func:`bench_config`."""
+
+    device: torch.device
+    dtype: torch.dtype
+    compile: bool  # whether to time torch.compile(torch's module) as a third column
+    threads: int | None  # CPU: the benchmark runs on this many threads (None: the GPU's business)
+    clock: str  # how a call is timed, in words
+    label: str  # the device in words ("cpu", or the GPU's name)
+
+    @property
+    def kind(self) -> str:
+        return self.device.type
+
+    @property
+    def no_compile(self) -> str | None:
+        """Why there is no torch.compile column, or None when there is one."""
+        return None if self.compile else NO_COMPILE_ON_CPU
+
+    def sizes(self, workload: str) -> dict:
+        """``coursekit.contract.BENCH_SIZES[kind][workload]``: ``input`` shape and module sizes."""
+        return BENCH_SIZES[self.kind][workload]
+
+    def header(self) -> str:
+        """What ran where, for the top of a report. On the CPU it says plainly these are CPU numbers."""
+        if self.kind == "cuda":
+            return (f"GPU numbers ({self.label}, {str(self.dtype)[6:]}, the GPU sizes of coursekit.contract), "
+                    f"timed with {self.clock}")
+        return (f"CPU numbers ({str(self.dtype)[6:]}, {self.threads} thread, the small CPU sizes of "
+                f"coursekit.contract), timed with {self.clock}. GPU figures (bfloat16, transformer-sized "
+                "inputs, a torch.compile column) need a machine with a CUDA GPU")
+
+
+def bench_config(device: torch.device | str | None = None) -> BenchConfig:
+    """The benchmark settings for ``device`` (default: :func:`default_device`).
+
+    ``cuda``: bfloat16, the GPU sizes, CUDA events after a synchronize, torch.compile timed too.
+    ``cpu``: float32, the CPU sizes, one thread, ``time.perf_counter``, no torch.compile.
+    """
+    device = torch.device(device) if device is not None else default_device()
+    if device.type == "cuda":  # the settings only: asking for them needs no GPU (tests, a judge elsewhere)
+        label = torch.cuda.get_device_name(device) if torch.cuda.is_available() else "cuda"
+        return BenchConfig(device, BENCH_DTYPE["cuda"], True, None, "synchronized CUDA events", label)
+    if device.type != "cpu":
+        raise ValueError(f"the benchmarks run on cuda or cpu, not {device.type}")
+    return BenchConfig(device, BENCH_DTYPE["cpu"], False, 1, "time.perf_counter", "cpu")
+
+
+def compiled(module: Callable, example: torch.Tensor) -> tuple[Callable | None, str | None]:
+    """``(torch.compile(module), None)`` once it has run on ``example``, or ``(None, why)`` when
+    compiling fails (no compiler, no Triton, an unsupported op): the column is then reported as
+    unavailable and nothing else changes."""
+    try:
+        fast = torch.compile(module)
+        with torch.no_grad():
+            fast(example)  # torch.compile is lazy: this is where a missing compiler shows
+            _sync(example.device)
+        return fast, None
+    except Exception as e:  # noqa: BLE001 -- whatever broke, the other columns stand
+        return None, f"torch.compile failed here ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
 
 
 def _sync(device: torch.device) -> None:
@@ -105,13 +191,27 @@ def summarize(times: dict[str, list[float]], nbytes: int, copy_seconds: float | 
     return rows
 
 
-def format_table(rows: list[dict], baseline: str = "torch") -> str:
+#: what each column of :func:`format_table` means, printed under it
+COLUMNS = ("median: time per call; vs torch: that time over torch eager's; GB/s: bytes of the input "
+           "read plus the same bytes written, per second; % of copy: that bandwidth as a share of a "
+           "plain copy of the input on the same device (100% = as fast as memory allows)")
+
+
+def format_table(rows: list[dict], baseline: str = "torch", unavailable: dict[str, str] | None = None,
+                 legend: bool = False) -> str:
+    """The :func:`summarize` rows as text; ``unavailable``: name -> why, for a column that could
+    not be timed (``torch.compile`` without a compiler), shown as a row saying so; ``legend``:
+    add :data:`COLUMNS` below."""
     base = next((r["seconds"] for r in rows if r["name"] == baseline), None)
     lines = [f"{'':18} {'median':>10} {'vs ' + baseline:>9} {'GB/s':>8} {'% of copy':>10}"]
     for r in rows:
         rel = f"{r['seconds'] / base:8.2f}x" if base else ""
         pct = f"{r['pct_copy']:9.1f}%" if r["pct_copy"] is not None else ""
         lines.append(f"{r['name']:18} {_fmt_s(r['seconds']):>10} {rel:>9} {r['gbps']:8.2f} {pct:>10}")
+    for name, why in (unavailable or {}).items():
+        lines.append(f"{name:18} {'unavailable':>10}  ({why})")
+    if legend:
+        lines.append(COLUMNS)
     return "\n".join(lines)
 
 

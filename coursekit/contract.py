@@ -14,7 +14,26 @@ NORM_EPS = {"layer": LAYERNORM_EPS, "rms": RMSNORM_EPS}
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 STATS_DTYPE = torch.float32
 
-#: the benchmarks' workloads (CPU sizes: one thread, temporaries in cache)
+#: the benchmarks' workloads on the CPU (float32, one thread, temporaries in cache)
 NORM_SHAPE = (4, 256, 128)  # 1024 rows of 128 features, 512 KiB in float32
 RES_SHAPE, RES_D = (2, 512, 64), 64  # 512 positions: a loop over tokens shows
 TB_SHAPE, TB_H, TB_FF = (1, 256, 32), 4, 64  # one sequence of 256 tokens: a loop over tokens shows
+
+#: ...and on a CUDA GPU (bfloat16): sizes a GPU sees in a transformer's forward pass
+CUDA_NORM_SHAPE = (4, 4096, 4096)  # 16384 rows of 4096 features (a 7B model's width), 128 MiB in bfloat16
+CUDA_RES_SHAPE, CUDA_RES_D = (4, 2048, 4096), 4096  # 8192 tokens of 4096, a 4096 x 4096 linear branch
+CUDA_TB_SHAPE, CUDA_TB_H, CUDA_TB_FF = (8, 1024, 1024), 16, 4096  # 8 sequences of 1024 tokens, d_model 1024
+
+#: the benchmarks' dtype per device type
+BENCH_DTYPE = {"cpu": torch.float32, "cuda": torch.bfloat16}
+#: every benchmark's workload per device type: ``input`` is the input's shape, the rest are the
+#: module's sizes (``d``: features; ``heads``, ``d_ff``: the transformer block's)
+BENCH_SIZES = {
+    "cpu": {"norm": {"input": NORM_SHAPE, "d": NORM_SHAPE[-1]},
+            "residual": {"input": RES_SHAPE, "d": RES_D},
+            "transformer_block": {"input": TB_SHAPE, "d": TB_SHAPE[-1], "heads": TB_H, "d_ff": TB_FF}},
+    "cuda": {"norm": {"input": CUDA_NORM_SHAPE, "d": CUDA_NORM_SHAPE[-1]},
+             "residual": {"input": CUDA_RES_SHAPE, "d": CUDA_RES_D},
+             "transformer_block": {"input": CUDA_TB_SHAPE, "d": CUDA_TB_SHAPE[-1], "heads": CUDA_TB_H,
+                                   "d_ff": CUDA_TB_FF}},
+}

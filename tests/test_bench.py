@@ -66,9 +66,10 @@ def test_robust_ratio_is_not_fooled_by_one_slow_round():
 
 def _out(ratio, ops=()):
     x = _input(NORM_SHAPE)
-    return {"grade_id": "layernorm_benchmark", "device": "cpu", "shape": list(x.shape), "dtype": "float32",
-            "bytes": x.numel() * 4, "times": {"yours": [ratio * 1e-4] * REPEAT, "torch": [1e-4] * REPEAT},
-            "copy": 5e-5, "ops": list(ops), "threads": 1, "notes": [],
+    return {"grade_id": "layernorm_benchmark", "device": "cpu", "device_type": "cpu", "shape": list(x.shape),
+            "dtype": "float32", "bytes": x.numel() * 4,
+            "times": {"yours": [ratio * 1e-4] * REPEAT, "torch": [1e-4] * REPEAT},
+            "copy": 5e-5, "ops": list(ops), "threads": 1, "unavailable": {}, "notes": [],
             "y": x * 0.5}
 
 

@@ -13,13 +13,20 @@ straightforward vectorized code lands within a few times torch's fused kernels, 
 Python loop over rows or tokens is tens to hundreds of times slower. CPU timings use one
 thread: on a shared machine, two threads per op multiply the noise. The course autograder
 times the same workloads from outside the sandbox instead (:mod:`coursekit.checks.served`).
+
+Device, dtype and sizes come from :func:`coursekit.bench.bench_config`: on a CUDA GPU the
+inputs are bfloat16 and transformer-sized (``coursekit.contract.BENCH_SIZES["cuda"]``), and
+``torch.compile(torch's module)`` is timed as a third column (reported as unavailable when it
+cannot compile); on the CPU they are float32 and small, and there is no compile column. The
+verdict is the same everywhere: yours against torch eager (:func:`robust_ratio`), under
+:data:`LIMITS`.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from coursekit.contract import NORM_SHAPE, RES_D, RES_SHAPE, RMSNORM_EPS, TB_FF, TB_H, TB_SHAPE
+from coursekit.contract import BENCH_SIZES, NORM_SHAPE, RES_D, RES_SHAPE, RMSNORM_EPS, TB_FF, TB_H, TB_SHAPE
 from coursekit import bench
 from coursekit.checks import CheckFailed, register
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor
@@ -50,9 +57,20 @@ LOOP_HINT = {
 }
 
 
-def _input(shape, seed=0, device="cpu"):
+#: the output check's tolerance per device type (bfloat16 on CUDA: a few units in the last place)
+ATOL = {"cpu": 1e-3, "cuda": 3e-2}
+
+
+def _input(shape, seed=0, device="cpu", dtype=torch.float32):
+    """The benchmark's input from ``seed``. On CUDA it is drawn on the GPU by its own generator
+    (drawing 64M numbers on the CPU would take longer than the benchmark): the same seed gives the
+    same tensor on the same kind of GPU, in any process."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        g = torch.Generator(device=device).manual_seed(seed)
+        return torch.randn(*shape, generator=g, device=device).mul_(1.5).add_(0.5).to(dtype)
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).mul_(1.5).add_(0.5).to(device)
+    return torch.randn(*shape, generator=g).mul_(1.5).add_(0.5).to(dtype)
 
 
 def _reference(assignment: str, name: str):
@@ -68,12 +86,21 @@ def _reference(assignment: str, name: str):
     return ns.get(name) if ns else None
 
 
-def _run(grade_id: str, mods: dict, x, student_name: str, forbid=frozenset()) -> dict:
-    """Time ``mods`` (name -> callable on x) interleaved; the student's first, under an op recorder."""
+def _run(grade_id: str, mods: dict, x, student_name: str, forbid=frozenset(), cfg=None) -> dict:
+    """Time ``mods`` (name -> callable on x) interleaved; the student's first, under an op recorder.
+    With ``cfg.compile``, ``torch.compile(mods["torch"])`` is timed too, or reported unavailable."""
+    cfg = cfg or bench.bench_config(x.device)
     with OpRecorder(active=bool(forbid)) as rec, torch.no_grad():
         y = mods["yours"](x)
     if not isinstance(y, torch.Tensor):
         raise CheckFailed(f"{student_name} returned {type(y).__name__}, not a torch.Tensor")
+    unavailable = {}
+    if cfg.compile:
+        fast, why = bench.compiled(mods["torch"], x)
+        if fast is None:
+            unavailable["torch.compile"] = why
+        else:
+            mods = {**mods, "torch.compile": fast}
     device = x.device
     threads = torch.get_num_threads()
     if device.type == "cpu":
@@ -91,13 +118,14 @@ def _run(grade_id: str, mods: dict, x, student_name: str, forbid=frozenset()) ->
         torch.set_num_threads(threads)
     return {
         "grade_id": grade_id,
-        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "device": cfg.label, "device_type": cfg.kind,
         "shape": list(x.shape), "dtype": str(x.dtype)[6:],
         "bytes": x.numel() * x.element_size(),
         "times": times,
         "copy": copy,
         "ops": sorted(rec.seen & forbid),
         "threads": 1 if device.type == "cpu" else None,
+        "unavailable": unavailable,
         "y": y.detach().float().cpu(),
         "notes": [] if len(mods) > 2 else ["the course's solution is not available here (no solutions/ folder): "
                                            "timed against torch only"],
@@ -125,12 +153,23 @@ def _plot_in_notebook(rows: list[dict], title: str) -> None:
     plt.show()
 
 
-#: what the probe of each benchmark times on (the judge's own: a record must say the same)
+#: which workload of ``coursekit.contract.BENCH_SIZES`` each benchmark times
+WORKLOAD = {"layernorm_benchmark": "norm", "rmsnorm_benchmark": "norm", "residual_benchmark": "residual",
+            "transformer_block_benchmark": "transformer_block"}
+#: what the probe of each benchmark times on, on the CPU (the judge's own: a record must say the same)
 SHAPES = {"layernorm_benchmark": NORM_SHAPE, "rmsnorm_benchmark": NORM_SHAPE, "residual_benchmark": RES_SHAPE,
           "transformer_block_benchmark": TB_SHAPE}
-#: the keys of a probe's record (:func:`_run`); ``notes`` is free-form text, printed only
-RECORD = {k: ANY for k in ("grade_id", "device", "shape", "dtype", "bytes", "times", "copy", "ops", "threads", "y",
-                           "notes")}
+#: implementations a record's times may hold (``torch.compile``: on CUDA, when it compiled)
+TIMED = ("yours", "torch", "course solution", "torch.compile")
+#: the keys of a probe's record (:func:`_run`); ``notes`` and ``unavailable``'s reasons are free-form
+#: text, printed only
+RECORD = {k: ANY for k in ("grade_id", "device", "device_type", "shape", "dtype", "bytes", "times", "copy", "ops",
+                           "threads", "unavailable", "y", "notes")}
+
+
+def workload(gid: str, device_type: str) -> dict:
+    """The sizes benchmark ``gid`` times on ``device_type`` (``"cpu"`` or ``"cuda"``)."""
+    return BENCH_SIZES[device_type][WORKLOAD[gid]]
 ROUNDS = tuple(REPEAT * (1 + i) for i in range(EXTRA_BATCHES + 1))
 
 
@@ -140,10 +179,13 @@ def _expect_record(out, gid: str) -> None:
     expect_structure(out, RECORD)
     if out["grade_id"] != gid:
         raise CheckFailed(f"the benchmark's result is for {out['grade_id']!r}, not {gid!r}")
-    if out["shape"] != list(SHAPES[gid]):
-        raise CheckFailed(f"the benchmark ran on an input of shape {out['shape']}, expected {list(SHAPES[gid])}")
+    if out["device_type"] not in BENCH_SIZES:
+        raise CheckFailed(f"the benchmark ran on {out['device_type']!r}, expected one of {sorted(BENCH_SIZES)}")
+    want = list(workload(gid, out["device_type"])["input"])
+    if out["shape"] != want:
+        raise CheckFailed(f"the benchmark ran on an input of shape {out['shape']}, expected {want}")
     times = out["times"]
-    if not isinstance(times, dict) or not {"yours", "torch"} <= set(times) <= {"yours", "torch", "course solution"}:
+    if not isinstance(times, dict) or not {"yours", "torch"} <= set(times) <= set(TIMED):
         raise CheckFailed("the benchmark's times should hold yours and torch's, "
                           f"got {sorted(times) if isinstance(times, dict) else type(times).__name__}")
     for k, ts in times.items():
@@ -151,12 +193,17 @@ def _expect_record(out, gid: str) -> None:
                 and all(type(t) is float and t > 0 for t in ts)):
             raise CheckFailed(f"expected {' or '.join(map(str, ROUNDS))} timed rounds for each implementation from "
                               f"the probe, got {len(ts) if isinstance(ts, list) else type(ts).__name__} for {k}")
-    if not isinstance(out["ops"], list) or not isinstance(out["notes"], list):
-        raise CheckFailed("the benchmark's result is malformed (ops and notes should be lists)")
+    if not isinstance(out["ops"], list) or not isinstance(out["notes"], list) or not isinstance(out["unavailable"], dict):
+        raise CheckFailed("the benchmark's result is malformed (ops and notes should be lists, unavailable a dict)")
 
 
-def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, gid: str, atol=1e-3) -> None:
+def _judge(out: dict, want, what: str, torch_name: str, gid: str, atol=None) -> None:
+    """``want``: the expected output, a callable ``(device_type) -> tensor`` giving it on the record's
+    device, or None (then only the shape is checked)."""
     _expect_record(out, gid)
+    if callable(want):
+        want = want(out["device_type"])
+    atol = ATOL[out["device_type"]] if atol is None else atol
     if out["ops"]:
         raise CheckFailed(f"your code calls torch's own {', '.join(out['ops'])}: the benchmark times "
                           "your implementation, so it gives no points for torch's")
@@ -171,8 +218,11 @@ def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, gid
     ratio = robust_ratio(out["times"])
     limit = LIMITS[gid]
     print(f"{gid}: input {tuple(out['shape'])} {out['dtype']} on {out['device']}, "
-          f"{len(rs)} interleaved rounds, {out['threads']} threads")
-    print(bench.format_table(rows))
+          f"{len(rs)} interleaved rounds" + (f", {out['threads']} thread" if out["threads"] else ""))
+    print(_header(out["device_type"], out["device"], out["dtype"]))
+    print(bench.format_table(rows, unavailable={k: str(v) for k, v in out["unavailable"].items()}, legend=True))
+    if out["device_type"] == "cpu":
+        print(bench.NO_COMPILE_ON_CPU)
     _plot_in_notebook(rows, f"{gid} on {out['device']}")
     for note in out["notes"]:
         print("note:", note)
@@ -186,26 +236,47 @@ def _judge(out: dict, want: torch.Tensor | None, what: str, torch_name: str, gid
 
 # --------------------------------------------------------------------------------------------
 
+def _header(device_type: str, label: str, dtype: str) -> str:
+    """:meth:`coursekit.bench.BenchConfig.header` for a record (judged where it may not have run)."""
+    if device_type == "cuda":
+        return (f"GPU numbers ({label}, {dtype}, the GPU sizes of coursekit.contract), timed with synchronized "
+                "CUDA events")
+    return bench.bench_config("cpu").header()
+
+
 def _bench_params(name, d):
     return affine_values(99, d, names=("weight", "bias") if name == "LayerNorm" else ("weight",))
 
 
 def _norm_probe(ns, grade_id, name, assignment, torch_mod, forbid):
     cls = ns[name]
-    device = bench.default_device()
-    d = NORM_SHAPE[-1]
-    x = _input(NORM_SHAPE, 0, device)
+    cfg = bench.bench_config()
+    size = cfg.sizes("norm")
+    d = size["d"]
+    x = _input(size["input"], 0, cfg.device, cfg.dtype)
     mods = {"yours": cls(d), "torch": torch_mod(d)}
     for m in mods.values():  # seeded weights, as in the other checks: a wrong init costs nothing here
         try:
             set_params(m, _bench_params(name, d), name)
         except CheckFailed:
             pass  # no weight/bias: the output check below says so
-    mods = {k: m.to(device) for k, m in mods.items()}
+    mods = {k: m.to(cfg.device, cfg.dtype) for k, m in mods.items()}
     ref = _reference(assignment, name)
     if ref is not None:
-        mods["course solution"] = ref(d).to(device)
-    return _run(grade_id, mods, x, name, forbid)
+        mods["course solution"] = ref(d).to(cfg.device, cfg.dtype)
+    return _run(grade_id, mods, x, name, forbid, cfg)
+
+
+def _norm_want(name, torch_mod):
+    """device type -> torch's output on the benchmark's input there (what the judge compares with)."""
+    def want(device_type):
+        cfg = bench.bench_config(device_type)
+        size = cfg.sizes("norm")
+        m = torch_mod(size["d"])
+        set_params(m, _bench_params(name, size["d"]), name)
+        with torch.no_grad():
+            return m.to(cfg.device, cfg.dtype)(_input(size["input"], 0, cfg.device, cfg.dtype)).float().cpu()
+    return want
 
 
 @register("layernorm_benchmark", needs=("LayerNorm",), kind="benchmark")
@@ -218,10 +289,7 @@ class LayerNormBenchmark:
 
     @staticmethod
     def judge(out):
-        m = nn.LayerNorm(NORM_SHAPE[-1])
-        set_params(m, _bench_params("LayerNorm", NORM_SHAPE[-1]), "LayerNorm")
-        want = m(_input(NORM_SHAPE)).detach()
-        _judge(out, want, "LayerNorm", "torch.nn.LayerNorm", "layernorm_benchmark")
+        _judge(out, _norm_want("LayerNorm", nn.LayerNorm), "LayerNorm", "torch.nn.LayerNorm", "layernorm_benchmark")
 
 
 @register("rmsnorm_benchmark", needs=("RMSNorm",), kind="benchmark")
@@ -235,21 +303,19 @@ class RMSNormBenchmark:
 
     @staticmethod
     def judge(out):
-        m = nn.RMSNorm(NORM_SHAPE[-1], eps=RMSNORM_EPS)
-        set_params(m, _bench_params("RMSNorm", NORM_SHAPE[-1]), "RMSNorm")
-        want = m(_input(NORM_SHAPE)).detach()
-        _judge(out, want, "RMSNorm", "torch.nn.RMSNorm", "rmsnorm_benchmark")
+        _judge(out, _norm_want("RMSNorm", lambda d: nn.RMSNorm(d, eps=RMSNORM_EPS)), "RMSNorm", "torch.nn.RMSNorm",
+               "rmsnorm_benchmark")
 
 
 # --------------------------------------------------------------------------------------------
 
-def _res_sublayer(device="cpu"):
+def _res_sublayer(device="cpu", d=RES_D, dtype=torch.float32):
     g = torch.Generator().manual_seed(1234)
-    lin = nn.Linear(RES_D, RES_D)
+    lin = nn.Linear(d, d)
     with torch.no_grad():
-        lin.weight.copy_(torch.randn(RES_D, RES_D, generator=g) / RES_D ** 0.5)
-        lin.bias.copy_(0.1 * torch.randn(RES_D, generator=g))
-    return lin.to(device)
+        lin.weight.copy_(torch.randn(d, d, generator=g) / d ** 0.5)
+        lin.bias.copy_(0.1 * torch.randn(d, generator=g))
+    return lin.to(device, dtype)
 
 
 class _TorchResidual(nn.Module):
@@ -257,7 +323,7 @@ class _TorchResidual(nn.Module):
 
     def __init__(self, sublayer):
         super().__init__()
-        self.norm, self.sublayer = nn.LayerNorm(RES_D), sublayer
+        self.norm, self.sublayer = nn.LayerNorm(sublayer.in_features), sublayer
 
     def forward(self, x):
         return x + self.sublayer(self.norm(x))
@@ -269,19 +335,26 @@ class ResidualBenchmark:
 
     @staticmethod
     def probe(ns):
-        device = bench.default_device()
-        x = _input(RES_SHAPE, 1, device)
-        f = _res_sublayer(device)
-        mods = {"yours": ns["ResidualBlock"](RES_D, f, norm="layer").to(device).eval(),
-                "torch": _TorchResidual(f).to(device).eval()}
+        cfg = bench.bench_config()
+        size = cfg.sizes("residual")
+        d, dev, dt = size["d"], cfg.device, cfg.dtype
+        x = _input(size["input"], 1, dev, dt)
+        f = _res_sublayer(dev, d, dt)
+        mods = {"yours": ns["ResidualBlock"](d, f, norm="layer").to(dev, dt).eval(),
+                "torch": _TorchResidual(f).to(dev, dt).eval()}
         ref = _reference("03_residual", "ResidualBlock")
         if ref is not None:
-            mods["course solution"] = ref(RES_D, f, norm="layer").to(device).eval()
-        return _run("residual_benchmark", mods, x, "ResidualBlock")
+            mods["course solution"] = ref(d, f, norm="layer").to(dev, dt).eval()
+        return _run("residual_benchmark", mods, x, "ResidualBlock", cfg=cfg)
 
     @staticmethod
     def judge(out):
-        want = _TorchResidual(_res_sublayer())(_input(RES_SHAPE, 1)).detach()
+        def want(device_type):
+            cfg = bench.bench_config(device_type)
+            size = cfg.sizes("residual")
+            m = _TorchResidual(_res_sublayer(cfg.device, size["d"], cfg.dtype)).to(cfg.device, cfg.dtype)
+            with torch.no_grad():
+                return m(_input(size["input"], 1, cfg.device, cfg.dtype)).float().cpu()
         _judge(out, want, "ResidualBlock", "x + F(nn.LayerNorm(x))", "residual_benchmark")
 
 
@@ -293,18 +366,19 @@ class TransformerBlockBenchmark:
 
     @staticmethod
     def probe(ns):
-        device = bench.default_device()
-        d = TB_SHAPE[-1]
-        x = _input(TB_SHAPE, 2, device)
-        mods = {"yours": ns["TransformerBlock"](d, TB_H, TB_FF).to(device).eval(),
-                "torch": nn.TransformerEncoderLayer(d, TB_H, TB_FF, dropout=0.0, activation="gelu",
-                                                    batch_first=True, norm_first=True).to(device).train()}
+        cfg = bench.bench_config()
+        size = cfg.sizes("transformer_block")
+        d, h, ff, dev, dt = size["d"], size["heads"], size["d_ff"], cfg.device, cfg.dtype
+        x = _input(size["input"], 2, dev, dt)
+        mods = {"yours": ns["TransformerBlock"](d, h, ff).to(dev, dt).eval(),
+                "torch": nn.TransformerEncoderLayer(d, h, ff, dropout=0.0, activation="gelu",
+                                                    batch_first=True, norm_first=True).to(dev, dt).train()}
         # torch's layer stays in train mode (dropout 0, so deterministic): its fused eval-mode
         # fast path is a different, erratic baseline on the CPU; students' blocks run in eval
         ref = _reference("04_transformer_block", "TransformerBlock")
         if ref is not None:
-            mods["course solution"] = ref(d, TB_H, TB_FF).to(device).eval()
-        return _run("transformer_block_benchmark", mods, x, "TransformerBlock")
+            mods["course solution"] = ref(d, h, ff).to(dev, dt).eval()
+        return _run("transformer_block_benchmark", mods, x, "TransformerBlock", cfg=cfg)
 
     @staticmethod
     def judge(out):
