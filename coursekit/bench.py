@@ -191,6 +191,24 @@ def summarize(times: dict[str, list[float]], nbytes: int, copy_seconds: float | 
     return rows
 
 
+#: the paragraphs every notebook's benchmark markdown ends with (tests/test_bench.py checks they do)
+NOTEBOOK_MARKDOWN = """\
+The benchmark runs where your notebook runs. **On a CUDA GPU** (when `torch.cuda.is_available()`)
+the input is bfloat16 and as large as a transformer's activations on a GPU (the sizes are in
+`coursekit.contract.BENCH_SIZES["cuda"]`), every call is timed with synchronized CUDA events, and
+`torch.compile` of torch's module is timed too (the report shows that row as *unavailable* when
+it cannot compile here). **On the CPU** the input is float32 and small
+(`BENCH_SIZES["cpu"]`), it runs on one thread, timed with `time.perf_counter`, and there is no
+`torch.compile` row: compiling takes longer there than the whole benchmark. The report's first
+lines say which of the two you got.
+
+The columns: *median* is the median time per call; *vs torch* is that time divided by torch
+eager's; *GB/s* counts the input's bytes read plus as many written, per second; *% of copy* is
+that bandwidth as a share of a plain copy of the input on the same device (100% is as fast as
+the memory allows). The points depend only on your row's *vs torch*, which must stay under the
+limit the report prints. The autograder times the same workload from outside your notebook, on
+its GPU when it has one."""
+
 #: what each column of :func:`format_table` means, printed under it
 COLUMNS = ("median: time per call; vs torch: that time over torch eager's; GB/s: bytes of the input "
            "read plus the same bytes written, per second; % of copy: that bandwidth as a share of a "
