@@ -17,7 +17,8 @@ def _served_detail(m: dict) -> dict:
     from coursekit.checks.benchmark import LIMITS, robust_ratio
     t = m["times"]
     return {"ratio": round(float(robust_ratio(t)), 3), "limit": LIMITS.get(m["grade_id"]),
-            "device": "cpu, 1 thread, timed by the grader", "rounds": m["rounds"],
+            "device": ("cpu, 1 thread, timed by the grader" if m.get("device_type", "cpu") == "cpu" else
+                       f"{m.get('device')} ({m.get('dtype')}), timed by the grader"), "rounds": m["rounds"],
             "calls per round (yours, torch)": f"{m['k']}, {m['k_torch']}",
             "pipe allowance s/round": f"{m['allowance']:.3g}",
             **{f"median s/call ({k})": f"{sorted(v)[len(v) // 2]:.3g}" for k, v in t.items() if v}}

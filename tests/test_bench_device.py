@@ -332,3 +332,9 @@ def test_every_benchmark_markdown_says_where_it_runs_and_what_the_columns_mean()
         if not benches:
             continue
         assert len(md) == 1 and md[0].endswith(bench.NOTEBOOK_MARKDOWN), path
+
+
+def test_feedback_detail_names_the_device():
+    from autograder.judge import _served_detail
+    assert _served_detail(_served_out("cpu", 2.0))["device"] == "cpu, 1 thread, timed by the grader"
+    assert _served_detail(_served_out("cuda", 2.0))["device"] == "NVIDIA Test GPU (bfloat16), timed by the grader"
