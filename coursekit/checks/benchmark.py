@@ -127,8 +127,8 @@ def _run(grade_id: str, mods: dict, x, student_name: str, forbid=frozenset(), cf
         "threads": 1 if device.type == "cpu" else None,
         "unavailable": unavailable,
         "y": y.detach().float().cpu(),
-        "notes": [] if len(mods) > 2 else ["the course's solution is not available here (no solutions/ folder): "
-                                           "timed against torch only"],
+        "notes": [] if "course solution" in mods else ["the course's solution is not available here (no solutions/ "
+                                                       "folder): timed against torch only"],
     }
 
 
@@ -166,11 +166,12 @@ TIMED = ("yours", "torch", "course solution", "torch.compile")
 RECORD = {k: ANY for k in ("grade_id", "device", "device_type", "shape", "dtype", "bytes", "times", "copy", "ops",
                            "threads", "unavailable", "y", "notes")}
 
+ROUNDS = tuple(REPEAT * (1 + i) for i in range(EXTRA_BATCHES + 1))
+
 
 def workload(gid: str, device_type: str) -> dict:
     """The sizes benchmark ``gid`` times on ``device_type`` (``"cpu"`` or ``"cuda"``)."""
     return BENCH_SIZES[device_type][WORKLOAD[gid]]
-ROUNDS = tuple(REPEAT * (1 + i) for i in range(EXTRA_BATCHES + 1))
 
 
 def _expect_record(out, gid: str) -> None:
@@ -244,6 +245,12 @@ def _header(device_type: str, label: str, dtype: str) -> str:
     return bench.bench_config("cpu").header()
 
 
+def _place(m, cfg):
+    """``m`` on the benchmark's device, and in its dtype on CUDA (on the CPU the dtype stays as built,
+    as it always has)."""
+    return m.to(cfg.device) if cfg.kind == "cpu" else m.to(cfg.device, cfg.dtype)
+
+
 def _bench_params(name, d):
     return affine_values(99, d, names=("weight", "bias") if name == "LayerNorm" else ("weight",))
 
@@ -260,10 +267,10 @@ def _norm_probe(ns, grade_id, name, assignment, torch_mod, forbid):
             set_params(m, _bench_params(name, d), name)
         except CheckFailed:
             pass  # no weight/bias: the output check below says so
-    mods = {k: m.to(cfg.device, cfg.dtype) for k, m in mods.items()}
+    mods = {k: _place(m, cfg) for k, m in mods.items()}
     ref = _reference(assignment, name)
     if ref is not None:
-        mods["course solution"] = ref(d).to(cfg.device, cfg.dtype)
+        mods["course solution"] = _place(ref(d), cfg)
     return _run(grade_id, mods, x, name, forbid, cfg)
 
 
@@ -340,11 +347,11 @@ class ResidualBenchmark:
         d, dev, dt = size["d"], cfg.device, cfg.dtype
         x = _input(size["input"], 1, dev, dt)
         f = _res_sublayer(dev, d, dt)
-        mods = {"yours": ns["ResidualBlock"](d, f, norm="layer").to(dev, dt).eval(),
-                "torch": _TorchResidual(f).to(dev, dt).eval()}
+        mods = {"yours": _place(ns["ResidualBlock"](d, f, norm="layer"), cfg).eval(),
+                "torch": _place(_TorchResidual(f), cfg).eval()}
         ref = _reference("03_residual", "ResidualBlock")
         if ref is not None:
-            mods["course solution"] = ref(d, f, norm="layer").to(dev, dt).eval()
+            mods["course solution"] = _place(ref(d, f, norm="layer"), cfg).eval()
         return _run("residual_benchmark", mods, x, "ResidualBlock", cfg=cfg)
 
     @staticmethod
@@ -370,14 +377,14 @@ class TransformerBlockBenchmark:
         size = cfg.sizes("transformer_block")
         d, h, ff, dev, dt = size["d"], size["heads"], size["d_ff"], cfg.device, cfg.dtype
         x = _input(size["input"], 2, dev, dt)
-        mods = {"yours": ns["TransformerBlock"](d, h, ff).to(dev, dt).eval(),
-                "torch": nn.TransformerEncoderLayer(d, h, ff, dropout=0.0, activation="gelu",
-                                                    batch_first=True, norm_first=True).to(dev, dt).train()}
+        mods = {"yours": _place(ns["TransformerBlock"](d, h, ff), cfg).eval(),
+                "torch": _place(nn.TransformerEncoderLayer(d, h, ff, dropout=0.0, activation="gelu",
+                                                           batch_first=True, norm_first=True), cfg).train()}
         # torch's layer stays in train mode (dropout 0, so deterministic): its fused eval-mode
         # fast path is a different, erratic baseline on the CPU; students' blocks run in eval
         ref = _reference("04_transformer_block", "TransformerBlock")
         if ref is not None:
-            mods["course solution"] = ref(d, h, ff).to(dev, dt).eval()
+            mods["course solution"] = _place(ref(d, h, ff), cfg).eval()
         return _run("transformer_block_benchmark", mods, x, "TransformerBlock", cfg=cfg)
 
     @staticmethod
