@@ -76,13 +76,22 @@ class BenchConfig:
         return BENCH_SIZES[self.kind][workload]
 
     def header(self) -> str:
-        """What ran where, for the top of a report. On the CPU it says plainly these are CPU numbers."""
-        if self.kind == "cuda":
-            return (f"GPU numbers ({self.label}, {str(self.dtype)[6:]}, the GPU sizes of coursekit.contract), "
-                    f"timed with {self.clock}")
-        return (f"CPU numbers ({str(self.dtype)[6:]}, {self.threads} thread, the small CPU sizes of "
-                f"coursekit.contract), timed with {self.clock}. GPU figures (bfloat16, transformer-sized "
-                "inputs, a torch.compile column) need a machine with a CUDA GPU")
+        """What ran where, for the top of a report (:func:`describe`)."""
+        return describe(self.kind, self.label, str(self.dtype)[6:], self.clock)
+
+
+def describe(kind: str, label: str, dtype: str, clock: str | None = None) -> str:
+    """One line for the top of a report: what ran where. ``kind`` is ``"cuda"`` or ``"cpu"``, ``label``
+    the device in words, ``dtype`` e.g. ``"bfloat16"``; ``clock``: how it was timed (default: the
+    :func:`bench_config` clock of that kind). On the CPU it says plainly these are CPU numbers and
+    that GPU figures need a GPU. A judge that prints a record measured elsewhere calls this with the
+    record's fields."""
+    if kind == "cuda":
+        return (f"GPU numbers ({label}, {dtype}, the GPU sizes of coursekit.contract), "
+                f"timed with {clock or 'synchronized CUDA events'}")
+    return (f"CPU numbers ({dtype}, 1 thread, the small CPU sizes of coursekit.contract), timed with "
+            f"{clock or 'time.perf_counter'}. GPU figures (bfloat16, transformer-sized inputs, a "
+            "torch.compile column) need a machine with a CUDA GPU")
 
 
 def bench_config(device: torch.device | str | None = None) -> BenchConfig:

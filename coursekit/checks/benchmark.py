@@ -220,7 +220,7 @@ def _judge(out: dict, want, what: str, torch_name: str, gid: str, atol=None) -> 
     limit = LIMITS[gid]
     print(f"{gid}: input {tuple(out['shape'])} {out['dtype']} on {out['device']}, "
           f"{len(rs)} interleaved rounds" + (f", {out['threads']} thread" if out["threads"] else ""))
-    print(_header(out["device_type"], out["device"], out["dtype"]))
+    print(bench.describe(out["device_type"], out["device"], out["dtype"]))
     print(bench.format_table(rows, unavailable={k: str(v) for k, v in out["unavailable"].items()}, legend=True))
     if out["device_type"] == "cpu":
         print(bench.NO_COMPILE_ON_CPU)
@@ -236,14 +236,6 @@ def _judge(out: dict, want, what: str, torch_name: str, gid: str, atol=None) -> 
 
 
 # --------------------------------------------------------------------------------------------
-
-def _header(device_type: str, label: str, dtype: str) -> str:
-    """:meth:`coursekit.bench.BenchConfig.header` for a record (judged where it may not have run)."""
-    if device_type == "cuda":
-        return (f"GPU numbers ({label}, {dtype}, the GPU sizes of coursekit.contract), timed with synchronized "
-                "CUDA events")
-    return bench.bench_config("cpu").header()
-
 
 def _place(m, cfg):
     """``m`` on the benchmark's device, and in its dtype on CUDA (on the CPU the dtype stays as built,

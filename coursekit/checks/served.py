@@ -191,11 +191,8 @@ def served_report(out: dict) -> None:
     print(f"{gid}: timed by the grader from outside your notebook's process: {len(rs)} rounds, each on a "
           f"fresh random input, your output checked every round; {where}; "
           f"{out['allowance'] * 1e6:.0f} µs per round allowed for the pipe")
-    if kind == "cpu":
-        print(bench.bench_config("cpu").header())
-    else:
-        print(f"GPU numbers ({label}, {out.get('dtype', 'bfloat16')}, the GPU sizes of coursekit.contract), "
-              "timed with torch.cuda.synchronize() around each round")
+    print(bench.describe(kind, label, out.get("dtype", "float32" if kind == "cpu" else "bfloat16"),
+                         "the grader's clock" + (", the GPU synchronized around each round" if kind == "cuda" else "")))
     print(bench.format_table(rows, unavailable=dict(out.get("unavailable") or {}), legend=True))
     if kind == "cpu":
         print(bench.NO_COMPILE_ON_CPU)
