@@ -119,7 +119,8 @@ def main():
     served = None
     try:
         from coursekit.bench import bench_config
-        from coursekit.checks.served import SERVED, Served, reply
+        from coursekit.checks.served import SERVED, Served
+        from coursekit.checks.served import reply as served_reply  # (``reply`` is the reply pipe here)
         # the device the grader times on (its outside.served_device()); on "cuda" this is where a
         # sandbox that cannot reach the GPU shows, before any student code runs
         cfg = bench_config(job.get("bench_device") or "cpu")
@@ -127,7 +128,7 @@ def main():
             raise RuntimeError("the grader times the benchmarks on its GPU, but the sandbox cannot reach it "
                                "(instructor: are the NVIDIA device files and driver libraries there?)")
         served = ({gid: Served(s.name, s.assignment, s.build, s.torch_module, s.x, s.torch_name)
-                   for gid, s in SERVED.items()}, wire.pack_value, checks.Check, checks.CheckFailed, reply, cfg)
+                   for gid, s in SERVED.items()}, wire.pack_value, checks.Check, checks.CheckFailed, served_reply, cfg)
     except Exception as e:  # noqa: BLE001 -- no served benchmark: the grader says so
         print(f"harness: no served benchmark ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
         served = None
