@@ -5,7 +5,6 @@ files). What needs a real GPU (timings, bfloat16 drift over chained calls, the d
 sandbox) is not tested here."""
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import sys

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from coursekit.contract import BENCH_SIZES, NORM_SHAPE, RES_D, RES_SHAPE, RMSNORM_EPS, TB_FF, TB_H, TB_SHAPE
+from coursekit.contract import BENCH_SIZES, NORM_SHAPE, RES_D, RES_SHAPE, RMSNORM_EPS, TB_SHAPE
 from coursekit import bench
 from coursekit.checks import CheckFailed, register
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor
