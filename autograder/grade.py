@@ -149,8 +149,13 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
 
 
 def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Limits | None = None,
-                sandbox: bool = True, root: Path = ROOT, progress: bool = True) -> list[Outcome]:
-    """Grade every submission in ``src`` into ``out_dir``; return the outcomes, sorted."""
+                sandbox: bool = True, root: Path = ROOT, progress: bool = True,
+                zygote: bool = True) -> list[Outcome]:
+    """Grade every submission in ``src`` into ``out_dir``; return the outcomes, sorted.
+
+    ``zygote``: run each submission as a fresh child of a pre-imported sandbox per job
+    (:mod:`autograder.slots`); False starts a whole sandbox and interpreter per submission (slower:
+    ``make bench-grade`` times both)."""
     import torch
 
     torch.set_num_threads(1)
@@ -169,7 +174,7 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
         if progress:
             from tqdm import tqdm
             bar = tqdm(total=len(entries), desc="grading", unit="nb", file=__import__("sys").stderr)
-        slots = SlotPool(limits, course.root / "course", size=jobs) if sandbox else None
+        slots = SlotPool(limits, course.root / "course", size=jobs) if sandbox and zygote else None
         with ThreadPoolExecutor(max_workers=jobs) as pool, (slots or contextlib.nullcontext()):
             futs = {pool.submit(grade_one, e, course, limits, scratch, sandbox, slots): e for e in entries}
             for fut in as_completed(futs):
