@@ -272,3 +272,28 @@ def fwd_bwd(fn: Callable, x, r, w, gy, gh, eps: float = 1e-6) -> None:
         y, h = fn(x, r, w, eps)
         torch.autograd.backward((y, h), (gy, gh))
     x.grad = r.grad = w.grad = None
+
+
+def aten_ops(fn: Callable, *args, grads=None) -> list[str]:
+    """The ATen operations that ``fn(*args)`` runs (and, given ``grads`` for its outputs, its
+    backward), views and bookkeeping left out: on a GPU each one is a kernel launch."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    skip = {"aten.detach", "aten.promote_types"}
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func.overloadpacket)
+            if not func.is_view and name not in skip:
+                self.ops.append(name.removeprefix("aten."))
+            return func(*args, **(kwargs or {}))
+
+    with torch.enable_grad(), Record() as rec:
+        out = fn(*args)
+        if grads is not None:
+            torch.autograd.backward(out, grads)
+    return rec.ops
