@@ -37,22 +37,23 @@ def stat_dtype(dtype: torch.dtype) -> torch.dtype:
 
 # --- RMSNorm ------------------------------------------------------------------------------------
 
-def rmsnorm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
-    """``(y, rstd)``: ``y = w * x * rstd`` in x's dtype, ``rstd`` of shape ``(..., 1)``."""
+def rmsnorm_forward(x, weight, eps: float = 1e-6):
+    """``(y, rstd)``: ``y = w * x * rstd`` in x's dtype, ``rstd`` ``(..., 1)``."""
     xf = x.to(stat_dtype(x.dtype))
-    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)   # r = (mean(x^2) + eps)^(-1/2)
+    # r = (mean(x^2) + eps)^(-1/2), one per row
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     y = xf * rstd * weight.to(xf.dtype)
     return y.to(x.dtype), rstd
 
 
-def rmsnorm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                     rstd: torch.Tensor):
-    """``(grad_x, grad_weight)`` of ``y = w * x * rstd``, by hand (no autograd inside)."""
+def rmsnorm_backward(grad_out, x, weight, rstd):
+    """``(grad_x, grad_weight)`` of ``y = w * x * rstd``, by hand (no autograd)."""
     acc = rstd.dtype
     g, xf, w = grad_out.to(acc), x.to(acc), weight.to(acc)
-    gw = g * w                                                   # dL/d(x r), per feature
-    # dx = r * (g w - x r^2 mean(g w x)): the second term is the projection term
-    grad_x = rstd * (gw - xf * rstd.pow(2) * (gw * xf).mean(-1, keepdim=True))
+    gw = g * w                                       # dL/d(x r), per feature
+    # dx = r * (g w - x r^2 mean(g w x)); the second term is the projection term
+    proj = xf * rstd.pow(2) * (gw * xf).mean(-1, keepdim=True)
+    grad_x = rstd * (gw - proj)
     # dw = sum over every leading dim of g * x * r
     grad_w = (g * xf * rstd).reshape(-1, x.shape[-1]).sum(0)
     return grad_x.to(x.dtype), grad_w.to(weight.dtype)
@@ -70,15 +71,16 @@ def layernorm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     return y.to(x.dtype), mean, rstd
 
 
-def layernorm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                       mean: torch.Tensor, rstd: torch.Tensor):
-    """``(grad_x, grad_weight, grad_bias)`` of ``y = w * (x - mean) * rstd + b``, by hand."""
+def layernorm_backward(grad_out, x, weight, mean, rstd):
+    """``(grad_x, grad_weight, grad_bias)`` of ``y = w * (x - mean) * rstd + b``."""
     acc = rstd.dtype
     g, xf, w = grad_out.to(acc), x.to(acc), weight.to(acc)
     xhat = (xf - mean) * rstd
     gh = g * w
-    # dx = r * (gh - mean(gh) - xh * mean(gh xh)): a mean term, then a projection term
-    grad_x = rstd * (gh - gh.mean(-1, keepdim=True) - xhat * (gh * xhat).mean(-1, keepdim=True))
+    # dx = r * (gh - mean(gh) - xh * mean(gh xh)): mean term, projection term
+    mean_term = gh.mean(-1, keepdim=True)
+    proj = xhat * (gh * xhat).mean(-1, keepdim=True)
+    grad_x = rstd * (gh - mean_term - proj)
     D = x.shape[-1]
     grad_w = (g * xhat).reshape(-1, D).sum(0)
     grad_b = g.reshape(-1, D).sum(0)
@@ -121,15 +123,15 @@ class HandLayerNorm(torch.autograd.Function):
 # --- fused residual add + RMSNorm ---------------------------------------------------------------
 
 class FusedAddRMSNorm(torch.autograd.Function):
-    """``(y, h) = FusedAddRMSNorm.apply(x, residual, weight, eps)``: ``h = x + residual``,
-    ``y = RMSNorm(h) * weight`` (statistics in float32, ``y`` in h's dtype).
-
-    Saved for backward: ``h``, ``weight`` and ``rstd`` (one float32 per row), nothing else.
+    """``(y, h) = FusedAddRMSNorm.apply(x, residual, weight, eps)``:
+    ``h = x + residual``, ``y = RMSNorm(h) * weight`` (float32 statistics,
+    ``y`` in h's dtype). Saved for backward: ``h``, ``weight`` and ``rstd``
+    (one float32 per row), nothing else.
     """
 
     @staticmethod
     def forward(ctx, x, residual, weight, eps):
-        h = x + residual                                  # the new residual stream
+        h = x + residual                         # the new residual stream
         y, rstd = rmsnorm_forward(h, weight, eps)
         ctx.save_for_backward(h, weight, rstd)
         return y, h
@@ -138,9 +140,9 @@ class FusedAddRMSNorm(torch.autograd.Function):
     def backward(ctx, grad_y, grad_h):
         h, weight, rstd = ctx.saved_tensors
         grad_norm, grad_w = rmsnorm_backward(grad_y, h, weight, rstd)
-        # h feeds two consumers (the norm, and the stream above): their gradients add
+        # h has two consumers (the norm, the stream above): gradients add
         grad_stream = grad_h + grad_norm
-        # h = x + residual: the add passes its gradient unchanged to both inputs
+        # h = x + residual passes its gradient unchanged to both inputs
         return grad_stream, grad_stream, grad_w, None
 
 
@@ -219,15 +221,15 @@ def fused_error_vs_autograd(shape=(3, 5, 16), eps: float = 1e-6, dtype=torch.flo
             for n, a, b in zip(("x", "residual", "weight"), grads["fused"], grads["eager"])}
 
 
-def saved_bytes(fn: Callable, *args) -> tuple[int, list[tuple[tuple, torch.dtype, int]]]:
+def saved_bytes(fn: Callable, *args):
     """Bytes that autograd keeps alive for the backward of ``fn(*args)``.
 
-    Every tensor the forward saves passes through a pack hook; tensors that share a storage
-    (the same tensor saved twice, or views of one tensor) count once, by their storage's address.
-    Returns the total and one ``(shape, dtype, bytes)`` per distinct storage, in saving order.
-    The result of ``fn`` is dropped after the measurement.
+    Every tensor the forward saves passes through a pack hook; tensors that
+    share a storage (one tensor saved twice, or views of one tensor) count
+    once, by their storage's address. Returns the total and one
+    ``(shape, dtype, bytes)`` per distinct storage, in saving order.
     """
-    storages: dict[int, tuple[tuple, torch.dtype, int]] = {}
+    storages = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         s = t.untyped_storage()
