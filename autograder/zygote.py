@@ -17,10 +17,11 @@ and, when that child is gone, ``{"exit": code}``.
 Why a child is as fresh as a sandbox of its own. Between fork and the student's first line, the
 child (:func:`_enter`):
 
-1. ``unshare`` s new user, mount, pid, network, IPC and UTS namespaces (the zygote itself is
-   multi-threaded-free and never runs student code; the fork is a pristine copy of it);
+1. ``unshare`` s new user, mount, pid, network, IPC and UTS namespaces (the zygote never runs
+   student code: each fork is a pristine copy of it);
 2. mounts new, sized tmpfs on the working directory, ``/tmp`` and ``/dev/shm``: nothing an
-   earlier submission wrote is there;
+   earlier submission wrote is there (read-only binds that lived below them, such as a checkout
+   and its virtual environment in ``/tmp``, are bound again on top, still read-only);
 3. forks the process that runs the harness, pid 1 of the new pid namespace, with a new ``/proc``:
    it cannot see (so cannot signal or trace) the zygote or any earlier submission; killing it
    kills everything it started; it dies with its parent (``PR_SET_PDEATHSIG``);
@@ -43,7 +44,7 @@ import sys
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 WORK = "/home/student"
@@ -92,6 +93,42 @@ def _drop_capabilities():
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
+def _mounts_below(path: str) -> list[str]:
+    """The top-most mount points strictly below ``path`` (e.g. the read-only binds of a checkout or a
+    virtual environment that lives in ``/tmp``), from ``/proc/self/mountinfo``."""
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4]
+            point = point.encode().decode("unicode_escape").encode("latin-1").decode()  # \040 and co.
+            if point.startswith(path.rstrip("/") + "/"):
+                points.append(point)
+    points.sort(key=len)
+    top = []
+    for p in points:
+        if not any(p == t or p.startswith(t + "/") for t in top):
+            top.append(p)
+    return top
+
+
+def _fresh_tmpfs(path: str, options: str) -> None:
+    """A new tmpfs on ``path``; read-only binds that lived below it (a checkout or venv in /tmp) are
+    bound again on top, from the covered tree, with everything mounted below them (MS_REC)."""
+    below = _mounts_below(path)
+    old = os.open(path, os.O_PATH | os.O_DIRECTORY) if below else None
+    _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, options)
+    for point in below:
+        src = f"/proc/self/fd/{old}/{os.path.relpath(point, path)}"
+        if os.path.isdir(src):
+            os.makedirs(point, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(point), exist_ok=True)
+            open(point, "a").close()
+        _mount(src, point, None, MS_BIND | MS_REC, None)
+    if old is not None:
+        os.close(old)
+
+
 def _enter(tmp_mb: int, status_w: int, keep: tuple) -> None:
     """Steps 1-4 of the module docstring. Returns in the process that runs the harness (pid 1 of
     its namespace); the intermediate process waits for it and exits with its status."""
@@ -107,9 +144,9 @@ def _enter(tmp_mb: int, status_w: int, keep: tuple) -> None:
         f.write(f"{gid} {gid} 1")
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     size = f"size={tmp_mb}m"
-    _mount("tmpfs", WORK, "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=0700")
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
-    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
+    _fresh_tmpfs(WORK, f"{size},mode=0700")
+    _fresh_tmpfs("/tmp", f"{size},mode=1777")
+    _fresh_tmpfs("/dev/shm", f"{size},mode=1777")
     pid = os.fork()
     if pid:  # the intermediate: report the harness's pid, hold nothing, wait, pass its status on
         for fd in keep:
