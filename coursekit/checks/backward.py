@@ -152,15 +152,16 @@ def ln_backward_mistakes(g, x, w, rstd) -> dict:
     }
 
 
-def expect_param_grad(actual, want: torch.Tensor, name: str, x_shape, *, suspects=None, **tol) -> None:
-    """A parameter's gradient: shape (D,) (summed over every leading dim), then values."""
+def expect_param_grad(actual, want: torch.Tensor, name: str, x_shape, *, label="grad_weight", suspects=None,
+                      **tol) -> None:
+    """A parameter's gradient (``label`` in messages): shape (D,), summed over every leading dim, then values."""
     actual = expect_tensor(actual, name)
     d = want.shape[-1]
     lead = tuple(x_shape[:-1])
     if tuple(actual.shape) != (d,):
         got = tuple(actual.shape)
         if got[-1:] == (d,) and len(got) > 1:
-            raise CheckFailed(f"{name} has shape {got}, expected ({d},): {name} is not summed over the "
+            raise CheckFailed(f"{name} has shape {got}, expected ({d},): {label} is not summed over the "
                               f"batch dims. The same weight scales every row, so its gradient adds up the "
                               f"rows' contributions over every leading dim of x {tuple(x_shape)} "
                               f"(e.g. .reshape(-1, {d}).sum(0))")
@@ -233,7 +234,7 @@ def ln_judge(out, cases, dtype=F64, tol=FN_TOL) -> None:
             "it sums grad_out * x, not grad_out * x_hat (the normalized x)": (g.double() * x.double()).reshape(-1, shape[-1]).sum(0),
             "it is grad_bias's value, sum(grad_out): grad_weight is sum(grad_out * x_hat)": g.double().reshape(-1, shape[-1]).sum(0),
         }, **tol)
-        expect_param_grad(got[2], gb.to(dtype), f"grad_bias of {where}", shape, suspects={
+        expect_param_grad(got[2], gb.to(dtype), f"grad_bias of {where}", shape, label="grad_bias", suspects={
             "it sums grad_out * weight: the bias is added after the weight, so grad_bias is sum(grad_out) alone":
                 (g.double() * w.double()).reshape(-1, shape[-1]).sum(0),
             "it sums grad_out * x_hat (that is grad_weight): grad_bias is sum(grad_out) alone":
