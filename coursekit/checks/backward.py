@@ -83,14 +83,13 @@ def call_by_hand(ns: dict, name: str, *args):
 
 def rms_stats(x, eps=RMSNORM_EPS):
     """rstd = 1 / sqrt(mean(x**2) + eps) over the last dim, keepdim, in float32 at least."""
-    f = torch.promote_types(x.dtype, torch.float32)
-    return torch.rsqrt(x.to(f).pow(2).mean(-1, keepdim=True) + eps)
+    stat_dtype = torch.promote_types(x.dtype, torch.float32)
+    return torch.rsqrt(x.to(stat_dtype).pow(2).mean(-1, keepdim=True) + eps)
 
 
 def ln_stats(x, eps=LAYERNORM_EPS):
     """(mean, rstd) over the last dim, population variance, eps inside the root; float32 at least."""
-    f = torch.promote_types(x.dtype, torch.float32)
-    xf = x.to(f)
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
     mean = xf.mean(-1, keepdim=True)
     return mean, torch.rsqrt((xf - mean).pow(2).mean(-1, keepdim=True) + eps)
 
@@ -390,7 +389,7 @@ FUSED_CASES = (
 GRADCHECK_CASES = ((611, (3, 8), 1e-6), (612, (2, 2, 6), 1e-3))
 
 
-@register("fused_add_rmsnorm_gradients", needs=(FUSED,), forbidden_ops=NORM_OPS)
+@register("fused_add_rmsnorm_backward", needs=(FUSED,), forbidden_ops=NORM_OPS)
 class FusedGradients:
     """FusedAddRMSNorm: y, h and the gradients of x, residual and weight from random grad_y and grad_h equal autograd's (float64), and torch.autograd.gradcheck passes"""
 
@@ -509,7 +508,7 @@ def saved_judge(out, cases) -> None:
         if got["attrs"]:
             raise CheckFailed(f"{where} keeps tensors as attributes of ctx ({_describe(got['attrs'])}): "
                               "they stay alive until backward like saved ones, unseen by autograd's checks. "
-                              "Use ctx.save_for_backward(h, weight, rstd), and only for those")
+                              "Save h, weight and rstd with ctx.save_for_backward, and nothing else")
         big = [t for t in ts if t.numel() == rows * d]
         if total > bound:
             if len(big) > 1:
