@@ -97,3 +97,36 @@ def test_the_benchmark_is_served_by_the_grader_and_a_chain_of_calls_agrees():
         x = spec.x(7)
         a, b = _local(mine, x, MAX_K)[1], _local(torch_side, x, MAX_K)[1]
     assert a.shape == x.shape and torch.allclose(a, b, atol=TOL / 10, rtol=TOL / 10)
+
+
+@pytest.mark.slow
+@pytest.mark.autograder
+def test_the_course_grader_grades_exercise_05_with_its_served_benchmark(tmp_path):
+    """``python -m autograder grade`` (sandbox, benchmark timed from outside): the solution and an
+    honest variant earn 20/20, the stub 0, a Python loop over rows loses only the benchmark, and
+    ignoring grad_h loses its three tests and the served benchmark (its output is checked)."""
+    import csv
+    import json
+    import subprocess
+    import sys
+
+    from course.release import venv_env
+    from tools.fixture_class import release_dict, solved_dict, with_code
+    from tools.make_submission import read_fixture
+
+    name, rel = release_dict(A)
+    fx = ROOT / "tests" / "fixtures"
+    subs = {"solution": solved_dict(A), "stub": rel}
+    for kind, n in (("wrong", "per_row_loop"), ("wrong", "grad_h_ignored"), ("right", "other_algebra")):
+        subs[n] = with_code(json.loads(json.dumps(rel)), read_fixture(fx / kind / A / f"{n}.py").code)
+    for student, nb in subs.items():
+        (tmp_path / "in" / student / A).mkdir(parents=True)
+        (tmp_path / "in" / student / A / name).write_text(json.dumps(nb))
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp_path / "in"), "--out",
+                           str(tmp_path / "out"), "--jobs", "2", "--no-progress"], capture_output=True, text=True,
+                          env=dict(venv_env(), OMP_NUM_THREADS="1"), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["student_id"]: r for r in csv.DictReader(open(tmp_path / "out" / "grades.csv", newline=""))}
+    score = {s: (float(r["score"]), float(r["max_score"])) for s, r in rows.items()}
+    assert score == {"solution": (20, 20), "other_algebra": (20, 20), "stub": (0, 20),
+                     "per_row_loop": (18, 20), "grad_h_ignored": (12, 20)}, score

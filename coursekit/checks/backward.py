@@ -243,7 +243,7 @@ def ln_judge(out, cases, dtype=F64, tol=FN_TOL) -> None:
 
 @register("rmsnorm_backward_matches_autograd", needs=("rmsnorm_backward",), forbidden_ops=NORM_OPS)
 class RMSNormBackward:
-    """rmsnorm_backward's grad_x and grad_weight equal autograd's (float64, 2-D and 3-D inputs, several eps)"""
+    """rmsnorm_backward's grad_x and grad_weight equal autograd's within 1e-5 (float64; 2-D and 3-D inputs, several eps)"""
 
     @staticmethod
     def probe(ns):
@@ -256,7 +256,7 @@ class RMSNormBackward:
 
 @register("layernorm_backward_matches_autograd", needs=("layernorm_backward",), forbidden_ops=NORM_OPS)
 class LayerNormBackward:
-    """layernorm_backward's grad_x, grad_weight and grad_bias equal autograd's (float64, 2-D and 3-D inputs)"""
+    """layernorm_backward's grad_x, grad_weight and grad_bias equal autograd's within 1e-5 (float64; 2-D and 3-D inputs)"""
 
     @staticmethod
     def probe(ns):
@@ -391,7 +391,7 @@ GRADCHECK_CASES = ((611, (3, 8), 1e-6), (612, (2, 2, 6), 1e-3))
 
 @register("fused_add_rmsnorm_backward", needs=(FUSED,), forbidden_ops=NORM_OPS)
 class FusedGradients:
-    """FusedAddRMSNorm: y, h and the gradients of x, residual and weight from random grad_y and grad_h equal autograd's (float64), and torch.autograd.gradcheck passes"""
+    """FusedAddRMSNorm: y, h and the gradients of x, residual and weight from random grad_y and grad_h equal autograd's within 1e-5 (float64), and torch.autograd.gradcheck passes"""
 
     @staticmethod
     def probe(ns):
@@ -571,8 +571,16 @@ BENCH_ROUNDS = (REPEAT,)
 
 
 def bench_inputs(shape, dtype, device="cpu", seed=700):
+    """The benchmark's x, residual, weight, grad_y, grad_h. On CUDA they are drawn on the GPU
+    (five 16384 x 4096 tensors: too big to draw in float64 on the host); on the CPU from the
+    seeds of :func:`fused_inputs`, so that the judge can check the first rows of grad_x."""
+    if torch.device(device).type == "cuda":
+        g = torch.Generator(device=device).manual_seed(seed)
+        x, r, gy, gh = (torch.randn(*shape, generator=g, device=device) for _ in range(4))
+        w = 1.0 + 0.5 * torch.randn(shape[-1], generator=g, device=device)
+        return [t.to(dtype) for t in (x, r, w, gy, gh)]
     x, r, w, gy, gh = fused_inputs(seed, shape, {}, torch.float32)
-    return [t.to(device=device, dtype=dtype) for t in (x, r, w, gy, gh)]
+    return [t.to(dtype) for t in (x, r, w, gy, gh)]
 
 
 def eager_step(x, r, w, gy, gh):
