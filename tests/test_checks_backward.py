@@ -53,8 +53,12 @@ def test_autograd_inside_is_stopped_and_named():
             (xs * rstd * weight).sum().backward()
             return xs.grad, weight
 
+    def functorch(grad_out, x, weight, rstd):
+        _, vjp = torch.func.vjp(lambda x, w: x * rstd * w, x, weight)
+        return vjp(grad_out)
+
     x = torch.randn(3, 8)
-    for fn in (sneaky, backward_call):
+    for fn in (sneaky, backward_call, functorch):
         with pytest.raises(CheckFailed, match="rmsnorm_backward calls torch.autograd"):
             call_by_hand({"rmsnorm_backward": fn}, "rmsnorm_backward", x, x, torch.ones(8), torch.ones(3, 1))
     # the solution runs under the same guard

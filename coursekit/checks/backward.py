@@ -11,7 +11,8 @@ mistakes, each recomputed here, so that a failure names the one that matches.
 ``torch.inference_mode()`` (where autograd records nothing, so ``torch.autograd.grad`` on a
 graph built inside finds none) and under :class:`AutogradSpy`, a ``TorchFunctionMode`` that
 stops the call as soon as ``torch.autograd.grad``, ``torch.autograd.backward`` or
-``Tensor.backward`` is called, with a message saying so. The grader's static scan cannot do this
+``Tensor.backward`` is called (``torch.func.vjp`` and ``torch.func.grad`` end there too), with a
+message saying so. The grader's static scan cannot do this
 job: ``FusedAddRMSNorm`` itself must name ``torch.autograd.Function``.
 
 *Saved for backward*: the probe runs ``FusedAddRMSNorm``'s forward under
