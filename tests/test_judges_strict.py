@@ -26,6 +26,7 @@ ASSIGNMENTS = {
     "02_rmsnorm": pytest.mark.rmsnorm,
     "03_residual": pytest.mark.residual,
     "04_transformer_block": pytest.mark.transformer,
+    "05_backward": pytest.mark.backward,
 }
 #: (check kind, path in the record's tree) of what a record may lack or shorten
 FREE_FORM = {("benchmark", ("notes",)), ("benchmark", ("times", "course solution")),

@@ -54,7 +54,7 @@ def _fixture_cells(path):
     return split_cells(path.read_text())
 
 
-RIGHT = [f for f in fixtures(FIXTURES / "right") if f.assignment in ("01_layernorm", "02_rmsnorm")]
+RIGHT = [f for f in fixtures(FIXTURES / "right") if f.assignment in ("01_layernorm", "02_rmsnorm", "05_backward")]
 
 
 @pytest.mark.parametrize("fx", RIGHT, ids=[f"{f.assignment}/{f.name}" for f in RIGHT])

@@ -39,6 +39,7 @@ EXERCISE_MODULES = (
     "coursekit.checks.residual",
     "coursekit.checks.transformer",
     "coursekit.checks.benchmark",
+    "coursekit.checks.backward",
 )
 #: the instructor's hidden checks: imported when the ``course`` package is there (the grader, the
 #: course directory), absent from the student pack
@@ -47,6 +48,7 @@ HIDDEN_MODULES = (
     "course.hidden.rmsnorm",
     "course.hidden.residual",
     "course.hidden.transformer",
+    "course.hidden.backward",
 )
 
 

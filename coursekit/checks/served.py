@@ -202,3 +202,10 @@ def served_report(out: dict) -> None:
         raise CheckFailed(f"your {spec.name} takes {ratio:.1f}x the time of {spec.torch_name} (the limit is "
                           f"{limit:g}x, generous for vectorized code): {LOOP_HINT[gid]}. "
                           "A Python loop pays the interpreter's overhead once per row.")
+
+
+# Exercise 05's benchmark times a forward + backward (coursekit.checks.backward.served_entry): a
+# callable x -> grad_x built around the student's FusedAddRMSNorm, timed like the others.
+from coursekit.checks.backward import served_entry  # noqa: E402 -- after SERVED and Served exist
+
+SERVED["backward_benchmark"] = Served(*served_entry())

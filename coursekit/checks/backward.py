@@ -1,0 +1,728 @@
+"""Checks of exercise 05: backward passes by hand, and a fused residual-add + RMSNorm.
+
+The student writes ``rmsnorm_backward(grad_out, x, weight, rstd)``,
+``layernorm_backward(grad_out, x, weight, mean, rstd)`` and the ``torch.autograd.Function``
+``FusedAddRMSNorm`` (shared/CONTRACT.md, "Backward pass"). Every judge computes what the answer
+should be with autograd of the reference formula in float64, in its own process, from the same
+seeds the probe used (:mod:`coursekit.checks.seeded`); a wrong answer is matched against known
+mistakes, each recomputed here, so that a failure names the one that matches.
+
+*No autograd inside the hand-written functions*: their probe calls them under
+``torch.inference_mode()`` (where autograd records nothing, so ``torch.autograd.grad`` on a
+graph built inside finds none) and under :class:`AutogradSpy`, a ``TorchFunctionMode`` that
+stops the call as soon as ``torch.autograd.grad``, ``torch.autograd.backward`` or
+``Tensor.backward`` is called (``torch.func.vjp`` and ``torch.func.grad`` end there too), with a
+message saying so. The grader's static scan cannot do this
+job: ``FusedAddRMSNorm`` itself must name ``torch.autograd.Function``.
+
+*Saved for backward*: the probe runs ``FusedAddRMSNorm``'s forward under
+``torch.autograd.graph.saved_tensors_hooks`` (every tensor given to ``ctx.save_for_backward``)
+and also returns the tensors the student hung on ``ctx`` as attributes (``ctx.x = x`` keeps
+``x`` alive just the same, unseen by the hooks). The judge bounds their bytes by ``h`` + ``weight``
++ one float32 number per row.
+
+The benchmark (``backward_benchmark``) times FusedAddRMSNorm forward + backward against eager
+``x + residual`` then ``F.rms_norm``, forward + backward: bfloat16 ``16384 x 4096`` on CUDA (with
+a ``torch.compile`` column), float32 ``1024 x 256`` on one CPU thread otherwise.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from coursekit import bench
+from coursekit.contract import LAYERNORM_EPS, RMSNORM_EPS
+from coursekit.checks import CheckFailed, frozen, register
+from coursekit.checks.benchmark import LIMITS, LOOP_HINT, _plot_in_notebook, _reference
+from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
+from coursekit.checks.ops import NORM_OPS, OpRecorder
+from coursekit.checks.seeded import randn
+
+FUSED = "FusedAddRMSNorm"
+F64 = torch.float64
+
+
+# --------------------------------------------------------------------------------------------
+# No autograd inside the hand-written functions
+# --------------------------------------------------------------------------------------------
+
+#: what a hand-derived backward must not call (names as a TorchFunctionMode sees them)
+AUTOGRAD_CALLS = frozenset({"grad", "backward", "vjp", "jvp", "jacobian", "hessian"})
+
+
+class AutogradSpy(TorchFunctionMode):
+    """Stops the student's function at its first call into autograd, naming the function."""
+
+    def __init__(self, owner: str):
+        super().__init__()
+        self.owner = owner
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in AUTOGRAD_CALLS:
+            raise CheckFailed(f"{self.owner} calls torch.autograd ({name}): this exercise asks for the "
+                              "gradient derived by hand, from the formula, so that call earns no points")
+        return func(*args, **(kwargs or {}))
+
+
+def call_by_hand(ns: dict, name: str, *args):
+    """Probe side: ``ns[name](*args)`` with autograd off and watched (see the module docstring)."""
+    fn = ns[name]
+    if not callable(fn) or isinstance(fn, type):
+        raise CheckFailed(f"{name} should be a function, but it is {type(fn).__name__}")
+    with torch.inference_mode(), AutogradSpy(name):
+        out = fn(*args)
+    if not isinstance(out, tuple):
+        raise CheckFailed(f"{name} should return a tuple of tensors, but it returned {type(out).__name__}")
+    return list(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Reference formulas (judge side), with switches that reproduce known mistakes
+# --------------------------------------------------------------------------------------------
+
+def rms_stats(x, eps=RMSNORM_EPS):
+    """rstd = 1 / sqrt(mean(x**2) + eps) over the last dim, keepdim, in float32 at least."""
+    stat_dtype = torch.promote_types(x.dtype, torch.float32)
+    return torch.rsqrt(x.to(stat_dtype).pow(2).mean(-1, keepdim=True) + eps)
+
+
+def ln_stats(x, eps=LAYERNORM_EPS):
+    """(mean, rstd) over the last dim, population variance, eps inside the root; float32 at least."""
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
+    mean = xf.mean(-1, keepdim=True)
+    return mean, torch.rsqrt((xf - mean).pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _grads(fn, inputs, grad_outs):
+    """Autograd of ``fn(*inputs)`` in float64 (the judge's answer): one gradient per input."""
+    leaves = [t.detach().to(F64).requires_grad_(True) for t in inputs]
+    with torch.enable_grad():
+        out = fn(*leaves)
+        out = out if isinstance(out, tuple) else (out,)
+        return list(torch.autograd.grad(out, leaves, [g.to(F64) for g in grad_outs], allow_unused=True))
+
+
+def rms_backward_ref(g, x, w, eps):
+    """float64 (grad_x, grad_weight) of y = x / sqrt(mean(x**2) + eps) * w, by autograd."""
+    return _grads(lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w, (x, w), (g,))
+
+
+def ln_backward_ref(g, x, w, eps):
+    """float64 (grad_x, grad_weight, grad_bias) of LayerNorm over the last dim, by autograd."""
+
+    def ln(x, w, b):
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) * torch.rsqrt((x - mu).pow(2).mean(-1, keepdim=True) + eps) * w + b
+
+    return _grads(ln, (x, w, torch.zeros_like(w)), (g,))
+
+
+def rms_backward_mistakes(g, x, w, rstd) -> dict:
+    """float64 grad_x of known mistakes in rmsnorm_backward."""
+    g, x, w, r = g.to(F64), x.to(F64), w.to(F64), rstd.to(F64)
+    xh, gh = x * r, g * w
+    proj = (gh * xh).mean(-1, keepdim=True)
+    return {
+        "the projection term is missing: d/dx of x * rstd also goes through rstd, which subtracts "
+        "x_hat * mean(g * weight * x_hat)": r * gh,
+        "the projection term sums over the row instead of averaging: rstd = 1/sqrt(mean(x**2) + eps), "
+        "so divide that sum by D": r * (gh - xh * (gh * xh).sum(-1, keepdim=True)),
+        "weight is not applied to grad_out: the gradient reaching x_hat is grad_out * weight": r * (g - xh * (g * xh).mean(-1, keepdim=True)),
+        "rstd enters squared, not cubed, in the projection term (it is x * rstd**3 * mean(g * weight * x))":
+            r * gh - x * r.pow(2) * (gh * x).mean(-1, keepdim=True),
+        "the projection term has the wrong sign: subtract x_hat * mean(g * weight * x_hat)": r * (gh + xh * proj),
+    }
+
+
+def ln_backward_mistakes(g, x, w, rstd) -> dict:
+    g, x, w, r = g.to(F64), x.to(F64), w.to(F64), rstd.to(F64)
+    xh = (x - x.mean(-1, keepdim=True)) * r
+    gh = g * w
+    mean_g, proj = gh.mean(-1, keepdim=True), (gh * xh).mean(-1, keepdim=True)
+    return {
+        "the mean term is missing: the mean depends on x too, so subtract mean(g * weight) "
+        "(LayerNorm's gradient is rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)))": r * (gh - xh * proj),
+        "the projection term is missing: the variance depends on x too, so subtract "
+        "x_hat * mean(g * weight * x_hat)": r * (gh - mean_g),
+        "both the mean and the projection terms are missing": r * gh,
+        "weight is not applied to grad_out: the gradient reaching x_hat is grad_out * weight":
+            r * (g - g.mean(-1, keepdim=True) - xh * (g * xh).mean(-1, keepdim=True)),
+    }
+
+
+def expect_param_grad(actual, want: torch.Tensor, name: str, x_shape, *, label="grad_weight", suspects=None,
+                      **tol) -> None:
+    """A parameter's gradient (``label`` in messages): shape (D,), summed over every leading dim, then values."""
+    actual = expect_tensor(actual, name)
+    d = want.shape[-1]
+    lead = tuple(x_shape[:-1])
+    if tuple(actual.shape) != (d,):
+        got = tuple(actual.shape)
+        if got[-1:] == (d,) and len(got) > 1:
+            raise CheckFailed(f"{name} has shape {got}, expected ({d},): {label} is not summed over the "
+                              f"batch dims. The same weight scales every row, so its gradient adds up the "
+                              f"rows' contributions over every leading dim of x {tuple(x_shape)} "
+                              f"(e.g. .reshape(-1, {d}).sum(0))")
+        if got == lead or (len(got) >= 1 and got == lead[-len(got):]):
+            raise CheckFailed(f"{name} has shape {got}, expected ({d},): it is summed over the wrong dim "
+                              "(the feature dim). Sum over the rows, every leading dim, and keep the last")
+        raise CheckFailed(f"{name} has shape {got}, expected ({d},) (weight's shape)")
+    expect_close(actual, want, what=name, suspects=suspects, **tol)
+
+
+# --------------------------------------------------------------------------------------------
+# rmsnorm_backward and layernorm_backward (float64, 2-D and 3-D)
+# --------------------------------------------------------------------------------------------
+
+#: seed, input shape, eps, input scale and per-row offset (the offset makes LayerNorm's mean term count)
+FN_CASES = (
+    (501, (6, 32), 1e-6, frozen(scale=1.0, offset=0.0)),
+    (502, (2, 5, 24), 1e-5, frozen(scale=2.0, offset=0.0)),
+    (503, (3, 4, 16), 0.1, frozen(scale=0.3, offset=0.0)),
+    (504, (8, 48), 1e-6, frozen(scale=1.0, offset=0.0)),
+)
+FN_TOL = dict(atol=1e-5, rtol=1e-5)  # float32 statistics inside are fine; the mistakes are far off
+
+
+def fn_inputs(seed, shape, kw, dtype=F64):
+    """x (rows with different means), weight about 1, grad_out: seeded, float64 then cast."""
+    d = shape[-1]
+    x = randn(seed, *shape, scale=kw["scale"]) + randn(seed + 1, *shape[:-1], 1, scale=1.5)
+    w = 1.0 + 0.5 * randn(seed + 2, d)
+    g = randn(seed + 3, *shape)
+    return x.to(dtype), w.to(dtype), g.to(dtype)
+
+
+def rms_probe(ns, cases, dtype=F64) -> list:
+    out = []
+    for seed, shape, eps, kw in cases:
+        x, w, g = fn_inputs(seed, shape, kw, dtype)
+        out.append(call_by_hand(ns, "rmsnorm_backward", g, x, w, rms_stats(x, eps)))
+    return out
+
+
+def ln_probe(ns, cases, dtype=F64) -> list:
+    out = []
+    for seed, shape, eps, kw in cases:
+        x, w, g = fn_inputs(seed, shape, kw, dtype)
+        mean, rstd = ln_stats(x, eps)
+        out.append(call_by_hand(ns, "layernorm_backward", g, x, w, mean, rstd))
+    return out
+
+
+def rms_judge(out, cases, dtype=F64, tol=FN_TOL) -> None:
+    for (seed, shape, eps, kw), got in paired(cases, out, [ANY, ANY]):
+        x, w, g = fn_inputs(seed, shape, kw, dtype)
+        rstd = rms_stats(x, eps)
+        gx, gw = rms_backward_ref(g, x, w, eps)
+        where = f"rmsnorm_backward on x of shape {tuple(shape)} ({str(dtype)[6:]}, eps={eps:g})"
+        expect_close(got[0], gx.to(dtype), what=f"grad_x of {where}", suspects=rms_backward_mistakes(g, x, w, rstd), **tol)
+        expect_param_grad(got[1], gw.to(dtype), f"grad_weight of {where}", shape, **tol)
+
+
+def ln_judge(out, cases, dtype=F64, tol=FN_TOL) -> None:
+    for (seed, shape, eps, kw), got in paired(cases, out, [ANY, ANY, ANY]):
+        x, w, g = fn_inputs(seed, shape, kw, dtype)
+        mean, rstd = ln_stats(x, eps)
+        gx, gw, gb = ln_backward_ref(g, x, w, eps)
+        where = f"layernorm_backward on x of shape {tuple(shape)} ({str(dtype)[6:]}, eps={eps:g})"
+        expect_close(got[0], gx.to(dtype), what=f"grad_x of {where}", suspects=ln_backward_mistakes(g, x, w, rstd), **tol)
+        xh = (x.double() - mean.double()) * rstd.double()
+        expect_param_grad(got[1], gw.to(dtype), f"grad_weight of {where}", shape, suspects={
+            "it sums grad_out * x, not grad_out * x_hat (the normalized x)": (g.double() * x.double()).reshape(-1, shape[-1]).sum(0),
+            "it is grad_bias's value, sum(grad_out): grad_weight is sum(grad_out * x_hat)": g.double().reshape(-1, shape[-1]).sum(0),
+        }, **tol)
+        expect_param_grad(got[2], gb.to(dtype), f"grad_bias of {where}", shape, label="grad_bias", suspects={
+            "it sums grad_out * weight: the bias is added after the weight, so grad_bias is sum(grad_out) alone":
+                (g.double() * w.double()).reshape(-1, shape[-1]).sum(0),
+            "it sums grad_out * x_hat (that is grad_weight): grad_bias is sum(grad_out) alone":
+                (g.double() * xh).reshape(-1, shape[-1]).sum(0),
+        }, **tol)
+
+
+@register("rmsnorm_backward_matches_autograd", needs=("rmsnorm_backward",), forbidden_ops=NORM_OPS)
+class RMSNormBackward:
+    """rmsnorm_backward's grad_x and grad_weight equal autograd's within 1e-5 (float64; 2-D and 3-D inputs, several eps)"""
+
+    @staticmethod
+    def probe(ns):
+        return rms_probe(ns, FN_CASES)
+
+    @staticmethod
+    def judge(out):
+        rms_judge(out, FN_CASES)
+
+
+@register("layernorm_backward_matches_autograd", needs=("layernorm_backward",), forbidden_ops=NORM_OPS)
+class LayerNormBackward:
+    """layernorm_backward's grad_x, grad_weight and grad_bias equal autograd's within 1e-5 (float64; 2-D and 3-D inputs)"""
+
+    @staticmethod
+    def probe(ns):
+        return ln_probe(ns, FN_CASES)
+
+    @staticmethod
+    def judge(out):
+        ln_judge(out, FN_CASES)
+
+
+# --------------------------------------------------------------------------------------------
+# FusedAddRMSNorm
+# --------------------------------------------------------------------------------------------
+
+def fused_class(ns):
+    cls = ns[FUSED]
+    if not (isinstance(cls, type) and issubclass(cls, torch.autograd.Function)):
+        raise CheckFailed(f"{FUSED} should be a class derived from torch.autograd.Function, "
+                          f"but it is {cls!r:.80}")
+    return cls
+
+
+def fused_apply(cls, x, r, w, eps):
+    out = cls.apply(x, r, w, eps)
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
+        raise CheckFailed(f"{FUSED}.apply(x, residual, weight, eps) should return (y, h), two tensors; "
+                          f"it returned {type(out).__name__}")
+    return out
+
+
+#: seed, shape, eps, {"scale": of x, "rscale": of the residual, "tiny": rows 0.. of tiny values}
+def fused_inputs(seed, shape, kw, dtype=F64):
+    """x, residual, weight, grad_y, grad_h: seeded, float64 then cast."""
+    d = shape[-1]
+    x = randn(seed, *shape, scale=kw.get("scale", 1.0))
+    r = randn(seed + 1, *shape, scale=kw.get("rscale", 1.0)) + randn(seed + 2, *shape[:-1], 1, scale=0.5)
+    if kw.get("tiny"):  # rows whose h is tiny (mean(h**2) ~ 1e-8, below eps) or zero
+        x, r = x.reshape(-1, d).clone(), r.reshape(-1, d).clone()
+        x[:2], r[:2] = 1e-4 * x[:2], 0.0
+        x[2:4], r[2:4] = 0.0, 0.0
+        x, r = x.reshape(shape), r.reshape(shape)
+    w = 1.0 + 0.5 * randn(seed + 3, d)
+    gy, gh = randn(seed + 4, *shape), randn(seed + 5, *shape)
+    return x.to(dtype), r.to(dtype), w.to(dtype), gy.to(dtype), gh.to(dtype)
+
+
+def fused_ref(x, r, w, eps, *, mistake=None):
+    """float64 (y, h) of the contract's formula, or of a known mistake."""
+    h = x + r
+    src = x if mistake == "normalizes x" else h
+    ms = src.pow(2).mean(-1, keepdim=True)
+    denom = ms.sqrt() + eps if mistake == "eps outside" else (ms + eps).sqrt()
+    y = src / denom * (1.0 if mistake == "no weight" else w)
+    return y, h
+
+
+def fused_grads_ref(x, r, w, eps, gy, gh, mistake=None):
+    return _grads(lambda x, r, w: fused_ref(x, r, w, eps, mistake=mistake), (x, r, w), (gy, gh))
+
+
+def fused_grad_mistakes(x, r, w, eps, gy, gh) -> dict:
+    """float64 grad of x (and residual) of known mistakes in FusedAddRMSNorm's backward."""
+    right = fused_grads_ref(x, r, w, eps, gy, gh)[0]
+    h = (x + r).double()
+    rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return {
+        "the gradient flowing into h is ignored: h is an output too (the residual stream goes on), so "
+        "grad_h adds to the gradient that reaches h through y": right - gh.double(),
+        "the projection term is missing: d/dh of h * rstd also goes through rstd": rstd * w.double() * gy.double() + gh.double(),
+        "eps is outside the square root: rstd = 1/sqrt(mean(h**2) + eps)": fused_grads_ref(x, r, w, eps, gy, gh, "eps outside")[0],
+        "it normalizes x instead of h = x + residual": fused_grads_ref(x, r, w, eps, gy, gh, "normalizes x")[0],
+    }
+
+
+def fused_y_mistakes(x, r, w, eps) -> dict:
+    return {
+        "it normalizes x instead of h = x + residual": fused_ref(x, r, w, eps, mistake="normalizes x")[0],
+        "eps is outside the square root: y = h / sqrt(mean(h**2) + eps) * weight": fused_ref(x, r, w, eps, mistake="eps outside")[0],
+        "weight is not applied: y = h * rstd * weight": fused_ref(x, r, w, eps, mistake="no weight")[0],
+    }
+
+
+def fused_probe(ns, cases, dtype=F64) -> list:
+    """(y, h, grad_x, grad_residual, grad_weight) per case, from random grad_y AND grad_h."""
+    cls = fused_class(ns)
+    out = []
+    for seed, shape, eps, kw in cases:
+        x, r, w, gy, gh = fused_inputs(seed, shape, kw, dtype)
+        leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
+        with torch.enable_grad():
+            y, h = fused_apply(cls, *leaves, eps)
+            if y.grad_fn is None:
+                raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
+                                  "inputs passed to it?")
+            grads = torch.autograd.grad((y, h), leaves, (gy, gh), allow_unused=True)
+        out.append([y.detach(), h.detach(), *grads])
+    return out
+
+
+def fused_judge(out, cases, dtype=F64, tol=None) -> None:
+    tol = tol or {}
+    item = [ANY] * 5
+    for (seed, shape, eps, kw), got in paired(cases, out, item):
+        x, r, w, gy, gh = fused_inputs(seed, shape, kw, dtype)
+        x64, r64, w64 = x.double(), r.double(), w.double()
+        where = f"{FUSED} on x of shape {tuple(shape)} ({str(dtype)[6:]}, eps={eps:g})"
+        y, h = fused_ref(x64, r64, w64, eps)
+        expect_close(got[1], (x + r).to(dtype) if dtype != F64 else h, what=f"h of {where} (h = x + residual)", **tol)
+        # y from the h the student's dtype holds (x + r rounded), in float64
+        yr, _ = fused_ref((x + r).double(), torch.zeros_like(x64), w64, eps)
+        expect_close(got[0], yr.to(dtype), what=f"y of {where}", suspects=fused_y_mistakes(x64, r64, w64, eps), **tol)
+        gx, gr, gw = fused_grads_ref(x64, r64, w64, eps, gy.double(), gh.double())
+        sus = fused_grad_mistakes(x64, r64, w64, eps, gy, gh)
+        for name, g_got, g_want in (("x", got[2], gx), ("residual", got[3], gr)):
+            if g_got is None:
+                raise CheckFailed(f"{where}: no gradient reaches {name}: backward must return one for x, "
+                                  "residual and weight (and None for eps)")
+            expect_close(g_got, g_want.to(dtype), what=f"the gradient of {name} ({where}, random grad_y and grad_h)",
+                         suspects=sus, **tol)
+        if got[4] is None:
+            raise CheckFailed(f"{where}: no gradient reaches weight: backward must return one for it")
+        expect_param_grad(got[4], gw.to(dtype), f"the gradient of weight ({where})", shape, **tol)
+
+
+FUSED_CASES = (
+    (601, (6, 32), 1e-6, frozen()),
+    (602, (2, 5, 24), 1e-5, frozen(scale=2.0)),
+    (603, (3, 16), 0.1, frozen(scale=0.3)),
+)
+GRADCHECK_CASES = ((611, (3, 8), 1e-6), (612, (2, 2, 6), 1e-3))
+
+
+@register("fused_add_rmsnorm_backward", needs=(FUSED,), forbidden_ops=NORM_OPS)
+class FusedGradients:
+    """FusedAddRMSNorm: y, h and the gradients of x, residual and weight from random grad_y and grad_h equal autograd's within 1e-5 (float64), and torch.autograd.gradcheck passes"""
+
+    @staticmethod
+    def probe(ns):
+        cls = fused_class(ns)
+        checks = []
+        for seed, shape, eps in GRADCHECK_CASES:
+            x, r, w, _, _ = fused_inputs(seed, shape, {})
+            ok = torch.autograd.gradcheck(lambda a, b, c: fused_apply(cls, a, b, c, eps),
+                                          tuple(t.requires_grad_(True) for t in (x, r, w)),
+                                          raise_exception=False)
+            checks.append(bool(ok))
+        return {"cases": fused_probe(ns, FUSED_CASES), "gradcheck": checks}
+
+    @staticmethod
+    def judge(out):
+        expect_structure(out, {"cases": ANY, "gradcheck": [ANY] * len(GRADCHECK_CASES)})
+        fused_judge(out["cases"], FUSED_CASES, F64, dict(atol=1e-5, rtol=1e-5))
+        for (seed, shape, eps), ok in zip(GRADCHECK_CASES, out["gradcheck"]):
+            if ok is not True:
+                raise CheckFailed(f"torch.autograd.gradcheck fails on {FUSED} (x of shape {shape}, float64): "
+                                  "its backward disagrees with finite differences of its forward")
+
+
+FORWARD_CASES = (
+    (621, (4, 64), 1e-6, frozen()),
+    (622, (2, 3, 40), 1e-6, frozen(scale=3.0)),
+)
+FORWARD_TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=5e-2, rtol=5e-2)}
+
+
+@register("fused_add_rmsnorm_forward", needs=(FUSED,), forbidden_ops=NORM_OPS)
+class FusedForward:
+    """FusedAddRMSNorm.apply(x, residual, weight, eps) returns y and h = x + residual, in h's dtype (float32 within 1e-4, bfloat16 within 5e-2)"""
+
+    @staticmethod
+    def probe(ns):
+        cls = fused_class(ns)
+        out = {}
+        for dtype in FORWARD_TOL:
+            res = []
+            for seed, shape, eps, kw in FORWARD_CASES:
+                x, r, w, _, _ = fused_inputs(seed, shape, kw, dtype)
+                with torch.no_grad():
+                    res.append(list(fused_apply(cls, x, r, w, eps)))
+            out[str(dtype)[6:]] = res
+        return out
+
+    @staticmethod
+    def judge(out):
+        expect_structure(out, {str(d)[6:]: ANY for d in FORWARD_TOL})
+        for dtype, tol in FORWARD_TOL.items():
+            for (seed, shape, eps, kw), (y, h) in paired(FORWARD_CASES, out[str(dtype)[6:]], [ANY, ANY]):
+                x, r, w, _, _ = fused_inputs(seed, shape, kw, dtype)
+                where = f"{FUSED} on x of shape {tuple(shape)} ({str(dtype)[6:]})"
+                expect_close(h, x + r, what=f"h of {where} (h = x + residual, in the inputs' dtype)", **tol)
+                yr, _ = fused_ref((x + r).double(), 0.0, w.double(), eps)
+                expect_close(y, yr.to(dtype), what=f"y of {where}",
+                             suspects=fused_y_mistakes(x.double(), r.double(), w.double(), eps), **tol)
+
+
+SAVED_CASES = (  # seed, shape, dtype
+    (631, (8, 64), torch.bfloat16),
+    (632, (2, 6, 32), torch.float32),
+    (633, (4, 48), torch.float16),
+)
+
+
+def saved_probe(ns, cases) -> list:
+    """What FusedAddRMSNorm keeps alive between forward and backward, per case."""
+    cls = fused_class(ns)
+    out = []
+    for seed, shape, dtype in cases:
+        x, r, w, _, _ = fused_inputs(seed, shape, {}, dtype)
+        saved = []
+
+        def pack(t):
+            saved.append(t.detach().clone())
+            return t
+
+        leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
+        ctx = y.grad_fn
+        attrs = [v.detach().clone() for v in vars(ctx).values() if isinstance(v, torch.Tensor)] if ctx is not None else []
+        for v in (vars(ctx).values() if ctx is not None else ()):
+            if isinstance(v, (list, tuple, dict)):
+                vals = v.values() if isinstance(v, dict) else v
+                attrs += [t.detach().clone() for t in vals if isinstance(t, torch.Tensor)]
+        out.append({"saved": saved, "attrs": attrs})
+    return out
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _describe(ts) -> str:
+    return ", ".join(f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in ts) or "nothing"
+
+
+def saved_judge(out, cases) -> None:
+    for (seed, shape, dtype), got in paired(cases, out, {"saved": ANY, "attrs": ANY}):
+        if not (isinstance(got["saved"], list) and isinstance(got["attrs"], list)):
+            raise CheckFailed("the probe's record of saved tensors is malformed")
+        ts = [expect_tensor(t, "a saved tensor") for t in got["saved"] + got["attrs"]]
+        d = shape[-1]
+        rows = 1
+        for s in shape[:-1]:
+            rows *= s
+        elem = torch.empty((), dtype=dtype).element_size()
+        bound = rows * d * elem + d * elem + rows * 4
+        where = f"{FUSED} on x of shape {tuple(shape)} ({str(dtype)[6:]})"
+        total = sum(_nbytes(t) for t in ts)
+        if got["attrs"]:
+            raise CheckFailed(f"{where} keeps tensors as attributes of ctx ({_describe(got['attrs'])}): "
+                              "they stay alive until backward like saved ones, unseen by autograd's checks. "
+                              "Save h, weight and rstd with ctx.save_for_backward, and nothing else")
+        big = [t for t in ts if t.numel() == rows * d]
+        if total > bound:
+            if len(big) > 1:
+                msg = ("it saves more than h among the (rows, D) tensors (x and residual, the normalized "
+                       "output, or a float32 copy of h?): save h = x + residual alone, and recompute the "
+                       "rest from h and rstd in backward")
+            elif big and big[0].dtype != dtype:
+                msg = f"it saves h in {str(big[0].dtype)[6:]}, not in h's own dtype: save h itself"
+            else:
+                msg = "save only h, weight and rstd (one float32 number per row)"
+            raise CheckFailed(f"{where} saves {total} bytes for backward ({_describe(ts)}); h + weight + a float32 "
+                              f"rstd per row take {bound}: {msg}")
+        per_row = [t for t in ts if t.numel() == rows and t.numel() != d]
+        if not per_row:
+            raise CheckFailed(f"{where} does not save rstd (one number per row) for backward ({_describe(ts)}): "
+                              "save the float32 rstd that forward computed, instead of recomputing it")
+        rstd = per_row[0]
+        if rstd.dtype != torch.float32:
+            raise CheckFailed(f"{where} saves rstd in {str(rstd.dtype)[6:]}: rstd is saved in half precision. "
+                              "Keep it in float32 (compute it from h.float()); it costs 4 bytes per row")
+        x, r, _, _, _ = fused_inputs(seed, shape, {}, dtype)
+        want = rms_stats((x + r).double(), RMSNORM_EPS).reshape(-1)
+        expect_close(rstd.reshape(-1), want.float(), atol=0, rtol=2e-5, what=f"the rstd {where} saves",
+                     suspects={"rstd is computed in half precision: compute mean(h**2) from h.float()":
+                               rms_stats((x + r), RMSNORM_EPS).reshape(-1)
+                               if dtype == torch.float32 else
+                               torch.rsqrt((x + r).pow(2).mean(-1, keepdim=True) + RMSNORM_EPS).float().reshape(-1)})
+
+
+@register("fused_add_rmsnorm_saves_little", needs=(FUSED,), forbidden_ops=NORM_OPS)
+class FusedSaved:
+    """FusedAddRMSNorm saves for backward only h, weight and a float32 rstd per row (bytes measured with saved_tensors_hooks)"""
+
+    @staticmethod
+    def probe(ns):
+        return saved_probe(ns, SAVED_CASES)
+
+    @staticmethod
+    def judge(out):
+        saved_judge(out, SAVED_CASES)
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark: forward + backward against eager x + residual then F.rms_norm
+# --------------------------------------------------------------------------------------------
+
+GID = "backward_benchmark"
+CUDA_SHAPE, CUDA_DTYPE = (16384, 4096), torch.bfloat16
+CPU_SHAPE, CPU_DTYPE = (1024, 256), torch.float32
+#: full passes over a (rows, D) tensor that forward + backward cannot avoid: forward reads x and
+#: residual and writes y and h; backward reads grad_y, grad_h and h and writes grad_x and
+#: grad_residual (weight, rstd and grad_weight are small)
+PASSES = 9
+LIMIT = 8.0  # yours / eager, fastest round against fastest round
+LIMITS[GID] = LIMIT  # one table of limits for every benchmark (coursekit.checks.benchmark)
+LOOP_HINT[GID] = ("is there a Python loop over rows? Compute rstd, y and the backward's row means for "
+                  "all rows at once with .mean(-1, keepdim=True)")
+REPEAT = 15
+BENCH_ROUNDS = (REPEAT,)
+
+
+def bench_inputs(shape, dtype, device="cpu", seed=700):
+    """The benchmark's x, residual, weight, grad_y, grad_h. On CUDA they are drawn on the GPU
+    (five 16384 x 4096 tensors: too big to draw in float64 on the host); on the CPU from the
+    seeds of :func:`fused_inputs`, so that the judge can check the first rows of grad_x."""
+    if torch.device(device).type == "cuda":
+        g = torch.Generator(device=device).manual_seed(seed)
+        x, r, gy, gh = (torch.randn(*shape, generator=g, device=device) for _ in range(4))
+        w = 1.0 + 0.5 * torch.randn(shape[-1], generator=g, device=device)
+        return [t.to(dtype) for t in (x, r, w, gy, gh)]
+    x, r, w, gy, gh = fused_inputs(seed, shape, {}, torch.float32)
+    return [t.to(dtype) for t in (x, r, w, gy, gh)]
+
+
+def eager_step(x, r, w, gy, gh):
+    """torch's way: h = x + residual, y = F.rms_norm(h), forward + backward by autograd."""
+    with torch.enable_grad():
+        h = x + r
+        y = F.rms_norm(h, (h.shape[-1],), w, RMSNORM_EPS)
+        return torch.autograd.grad((y, h), (x, r, w), (gy, gh))
+
+
+def fused_step(cls):
+    def step(x, r, w, gy, gh):
+        with torch.enable_grad():
+            y, h = cls.apply(x, r, w, RMSNORM_EPS)
+            return torch.autograd.grad((y, h), (x, r, w), (gy, gh))
+    return step
+
+
+@register(GID, needs=(FUSED,), kind="benchmark")
+class BackwardBenchmark:
+    """FusedAddRMSNorm forward + backward within a generous factor of eager x + residual then F.rms_norm"""
+
+    @staticmethod
+    def probe(ns):
+        cls = fused_class(ns)
+        cuda = torch.cuda.is_available()
+        device = torch.device("cuda" if cuda else "cpu")
+        shape, dtype = (CUDA_SHAPE, CUDA_DTYPE) if cuda else (CPU_SHAPE, CPU_DTYPE)
+        x, r, w, gy, gh = bench_inputs(shape, dtype, device)
+        args = [t.requires_grad_(True) for t in (x, r, w)] + [gy, gh]
+        steps = {"yours": fused_step(cls), "eager": eager_step}
+        if cuda:
+            steps["torch.compile(eager)"] = torch.compile(eager_step)
+        ref = _reference("05_backward", FUSED)
+        if ref is not None:
+            steps["course solution"] = fused_step(ref)
+        with OpRecorder(active=True) as rec:
+            first = steps["yours"](*args)
+        threads = torch.get_num_threads()
+        if not cuda:
+            torch.set_num_threads(1)  # one thread: a busy shared machine then slows every run alike
+        try:
+            fns = {k: (lambda s=s: s(*args)) for k, s in steps.items()}
+            times = bench.time_interleaved(fns, repeat=REPEAT, device=device)
+            copy = bench.copy_time(x.detach(), repeat=REPEAT)
+        finally:
+            torch.set_num_threads(threads)
+        return {
+            "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+            "cuda": cuda, "shape": list(shape), "dtype": str(dtype)[6:],
+            "times": times, "copy": copy,
+            "ops": sorted(rec.seen & NORM_OPS),
+            "grad_x": first[0].detach()[:4].float().cpu() if not cuda else None,
+            "notes": [] if ref is not None else ["the course's solution is not available here: timed against torch only"],
+        }
+
+    @staticmethod
+    def judge(out):
+        expect_structure(out, {k: ANY for k in ("device", "cuda", "shape", "dtype", "times", "copy", "ops",
+                                                "grad_x", "notes")})
+        cuda = out["cuda"] is True
+        shape, dtype = (CUDA_SHAPE, CUDA_DTYPE) if cuda else (CPU_SHAPE, CPU_DTYPE)
+        if out["shape"] != list(shape) or out["dtype"] != str(dtype)[6:]:
+            raise CheckFailed(f"the benchmark ran on {out['shape']} {out['dtype']}, expected {list(shape)} "
+                              f"{str(dtype)[6:]}")
+        times = out["times"]
+        need = {"yours", "eager"} | ({"torch.compile(eager)"} if cuda else set())
+        if not isinstance(times, dict) or not need <= set(times) <= need | {"course solution"}:
+            raise CheckFailed(f"the benchmark's times should hold {sorted(need)}, got "
+                              f"{sorted(times) if isinstance(times, dict) else type(times).__name__}")
+        for k, ts in times.items():
+            if not (isinstance(ts, list) and len(ts) in BENCH_ROUNDS and all(type(t) is float and t > 0 for t in ts)):
+                raise CheckFailed(f"expected {REPEAT} timed rounds for each implementation, got "
+                                  f"{len(ts) if isinstance(ts, list) else type(ts).__name__} for {k}")
+        if not isinstance(out["ops"], list) or not isinstance(out["notes"], list):
+            raise CheckFailed("the benchmark's result is malformed (ops and notes should be lists)")
+        if out["ops"]:
+            raise CheckFailed(f"your code calls torch's own {', '.join(out['ops'])}: the benchmark times your "
+                              "implementation, so it gives no points for torch's")
+        if not cuda:  # the small CPU workload: its first rows are checked here too
+            x, r, w, gy, gh = bench_inputs(shape, dtype)
+            gx = fused_grads_ref(x[:4].double(), r[:4].double(), w.double(), RMSNORM_EPS, gy[:4].double(),
+                                 gh[:4].double())[0]
+            expect_close(out["grad_x"], gx.float(), what="grad_x on the benchmark's first rows", atol=1e-3, rtol=1e-3)
+        elem = torch.empty((), dtype=dtype).element_size()
+        size = shape[0] * shape[1] * elem
+        # bench.summarize counts 2 x bytes per call (a read and a write): hand it half the passes
+        rows = bench.summarize(times, PASSES * size // 2, out["copy"], out["device"])
+        rs = bench.ratios(times, "yours", "eager")
+        ratio = min(times["yours"]) / min(times["eager"])
+        where = ("CUDA, bfloat16, CUDA events" if cuda else
+                 "CPU, float32, 1 thread: these are CPU numbers, small sizes; on a GPU this cell times "
+                 f"bfloat16 {CUDA_SHAPE[0]} x {CUDA_SHAPE[1]}")
+        print(f"{GID}: forward + backward of x, residual {tuple(shape)} on {out['device']} ({where}); "
+              f"{len(rs)} interleaved rounds")
+        print(bench.format_table(rows, baseline="eager"))
+        print(f"GB/s counts {PASSES} passes over a {shape[0]} x {shape[1]} tensor (forward reads x, residual, "
+              "writes y, h; backward reads grad_y, grad_h, h, writes grad_x, grad_residual); % of copy compares "
+              "that with a plain copy of one such tensor")
+        _plot_in_notebook(rows, f"{GID} on {out['device']}")
+        for note in out["notes"]:
+            print("note:", note)
+        print(f"yours / eager: {ratio:.2f}x, fastest run against fastest run (round by round from "
+              f"{min(rs):.2f}x to {max(rs):.2f}x); the limit is {LIMIT:g}x")
+        if ratio > LIMIT:
+            raise CheckFailed(f"your {FUSED} forward + backward takes {ratio:.1f}x the time of eager x + residual "
+                              f"then F.rms_norm (the limit is {LIMIT:g}x, generous for vectorized code): "
+                              f"{LOOP_HINT[GID]}. A Python loop pays the interpreter's overhead once per row.")
+
+
+# --------------------------------------------------------------------------------------------
+# The served benchmark (the course grader's clock, coursekit.checks.served): one CPU workload
+# --------------------------------------------------------------------------------------------
+
+SERVED_RESIDUAL_SCALE = 4.0  # a residual stream larger than the branch: the chain below contracts
+
+
+def _served_fixed():
+    _, r, w, gy, gh = fused_inputs(710, CPU_SHAPE, {}, torch.float32)
+    return SERVED_RESIDUAL_SCALE * r, w, gy, gh
+
+
+def _served_call(step):
+    """x -> grad_x of one forward + backward (fixed residual, weight, grad_y, grad_h): an input of
+    the same shape, so the grader can chain calls (``y = m(y)``) and no call can be cached."""
+    r, w, gy, gh = _served_fixed()
+
+    def m(x):
+        leaves = [x.detach().clone().requires_grad_(True), r.clone().requires_grad_(True),
+                  w.clone().requires_grad_(True)]
+        return step(*leaves, gy, gh)[0].detach()
+    return m
+
+
+def served_entry() -> tuple:
+    """The arguments of :class:`coursekit.checks.served.Served` for this benchmark. Its name is
+    not a name in the notebook: the harness checks that what ``build`` returns is an instance of
+    the student's class when that name is a class, and here the timed callable wraps the
+    student's ``FusedAddRMSNorm.apply`` (course code builds it, from the student's class)."""
+    return (f"{FUSED} (forward + backward)", "05_backward",
+            lambda ns: _served_call(fused_step(fused_class(ns))),
+            lambda: _served_call(eager_step),
+            lambda seed: randn(seed, *CPU_SHAPE, dtype=torch.float32),
+            "eager x + residual then F.rms_norm")

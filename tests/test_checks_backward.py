@@ -1,0 +1,136 @@
+"""Exercise 05 (backward passes, FusedAddRMSNorm): what tests/test_checks_in_process.py does not
+already prove for every exercise.
+
+* every wrong version in tests/fixtures/wrong/05_backward loses *exactly* the tests its
+  ``loses:`` line lists (the benchmark included), the first with its ``message:``;
+* the guard against autograd inside the hand-written functions stops ``torch.autograd.grad`` and
+  ``.backward()`` and names the function, and honest code runs under it;
+* the saved-for-backward bound: the solution saves exactly h + weight + 4 bytes per row;
+* the benchmark says plainly on a CPU that its numbers are CPU numbers;
+* the served benchmark (the grader's clock): the student's and torch's callables agree over a
+  chain of calls as long as the grader's, so a right submission is never failed by rounding.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from coursekit.checks import CheckFailed, get
+from coursekit.checks.backward import (AutogradSpy, SAVED_CASES, call_by_hand, saved_probe)
+from course.release import ROOT
+from notebook_ns import code_ns, grade_ids, outcome, solution_ns
+from tools.make_submission import fixtures
+
+pytestmark = pytest.mark.backward
+
+A = "05_backward"
+WRONG = [f for f in fixtures(ROOT / "tests" / "fixtures" / "wrong") if f.assignment == A]
+CHECKS = grade_ids(A)
+_solution = functools.cache(lambda: solution_ns(A))
+
+
+@pytest.mark.parametrize("fx", WRONG, ids=[f.name for f in WRONG])
+def test_wrong_version_loses_exactly_its_tests(fx):
+    ns = code_ns(A, fx.code, str(fx.path))
+    failed = {g: m for g in CHECKS if (m := outcome(g, ns))}
+    assert set(failed) == set(fx.loses), (f"{fx.name} ({fx.summary}) should lose {sorted(fx.loses)}, "
+                                          f"loses {sorted(failed)}: {failed}")
+    if fx.message:
+        assert fx.message in failed[fx.loses[0]], failed[fx.loses[0]]
+
+
+def test_autograd_inside_is_stopped_and_named():
+    def sneaky(grad_out, x, weight, rstd):
+        with torch.enable_grad():
+            xs = x.detach().clone().requires_grad_(True)
+            return torch.autograd.grad((xs * rstd * weight).sum(), xs), weight
+
+    def backward_call(grad_out, x, weight, rstd):
+        with torch.enable_grad():
+            xs = x.detach().clone().requires_grad_(True)
+            (xs * rstd * weight).sum().backward()
+            return xs.grad, weight
+
+    def functorch(grad_out, x, weight, rstd):
+        _, vjp = torch.func.vjp(lambda x, w: x * rstd * w, x, weight)
+        return vjp(grad_out)
+
+    x = torch.randn(3, 8)
+    for fn in (sneaky, backward_call, functorch):
+        with pytest.raises(CheckFailed, match="rmsnorm_backward calls torch.autograd"):
+            call_by_hand({"rmsnorm_backward": fn}, "rmsnorm_backward", x, x, torch.ones(8), torch.ones(3, 1))
+    # the solution runs under the same guard
+    ns = _solution()
+    gx, gw = call_by_hand(ns, "rmsnorm_backward", x, x, torch.ones(8), torch.ones(3, 1))
+    assert gx.shape == x.shape and gw.shape == (8,)
+    with AutogradSpy("f"):  # plain arithmetic passes through
+        assert torch.equal(x + 1, x + 1)
+
+
+def test_the_solution_saves_exactly_h_weight_and_a_float32_rstd():
+    for case, got in zip(SAVED_CASES, saved_probe(_solution(), SAVED_CASES)):
+        _, shape, dtype = case
+        rows, d = int(torch.tensor(shape[:-1]).prod()), shape[-1]
+        elem = torch.empty((), dtype=dtype).element_size()
+        assert not got["attrs"]
+        assert sum(t.numel() * t.element_size() for t in got["saved"]) == rows * d * elem + d * elem + rows * 4
+        assert sorted(str(t.dtype) for t in got["saved"] if t.numel() == rows) == ["torch.float32"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU report")
+def test_the_cpu_benchmark_says_its_numbers_are_cpu_numbers(capsys):
+    from coursekit.checks import run
+    run("backward_benchmark", _solution())
+    out = capsys.readouterr().out
+    assert "these are CPU numbers" in out and "(1024, 256)" in out and "passed backward_benchmark" in out
+
+
+def test_the_benchmark_is_served_by_the_grader_and_a_chain_of_calls_agrees():
+    """The autograder times the benchmark from outside the sandbox (coursekit.checks.served):
+    ``backward_benchmark`` has a workload there, and the student's chained calls agree with
+    torch's (the grader's tolerance is 5e-3) as far as the grader chains them."""
+    from autograder.outside import MAX_K, TOL, _local
+    from coursekit.checks.served import SERVED
+
+    spec = SERVED["backward_benchmark"]
+    assert spec.assignment == A and get("backward_benchmark").kind == "benchmark"
+    mine, torch_side = spec.build(_solution()), spec.torch_module()
+    with torch.no_grad():
+        x = spec.x(7)
+        a, b = _local(mine, x, MAX_K)[1], _local(torch_side, x, MAX_K)[1]
+    assert a.shape == x.shape and torch.allclose(a, b, atol=TOL / 10, rtol=TOL / 10)
+
+
+@pytest.mark.slow
+@pytest.mark.autograder
+def test_the_course_grader_grades_exercise_05_with_its_served_benchmark(tmp_path):
+    """``python -m autograder grade`` (sandbox, benchmark timed from outside): the solution and an
+    honest variant earn 20/20, the stub 0, a Python loop over rows loses only the benchmark, and
+    ignoring grad_h loses its three tests and the served benchmark (its output is checked)."""
+    import csv
+    import json
+    import subprocess
+    import sys
+
+    from course.release import venv_env
+    from tools.fixture_class import release_dict, solved_dict, with_code
+    from tools.make_submission import read_fixture
+
+    name, rel = release_dict(A)
+    fx = ROOT / "tests" / "fixtures"
+    subs = {"solution": solved_dict(A), "stub": rel}
+    for kind, n in (("wrong", "per_row_loop"), ("wrong", "grad_h_ignored"), ("right", "other_algebra")):
+        subs[n] = with_code(json.loads(json.dumps(rel)), read_fixture(fx / kind / A / f"{n}.py").code)
+    for student, nb in subs.items():
+        (tmp_path / "in" / student / A).mkdir(parents=True)
+        (tmp_path / "in" / student / A / name).write_text(json.dumps(nb))
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp_path / "in"), "--out",
+                           str(tmp_path / "out"), "--jobs", "2", "--no-progress"], capture_output=True, text=True,
+                          env=dict(venv_env(), OMP_NUM_THREADS="1"), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["student_id"]: r for r in csv.DictReader(open(tmp_path / "out" / "grades.csv", newline=""))}
+    score = {s: (float(r["score"]), float(r["max_score"])) for s, r in rows.items()}
+    assert score == {"solution": (20, 20), "other_algebra": (20, 20), "stub": (0, 20),
+                     "per_row_loop": (18, 20), "grad_h_ignored": (12, 20)}, score
