@@ -266,15 +266,21 @@ def grade_on_cluster(src: Path, *, scheduler: str, limits: Limits | None = None,
             refusals = [why for why in said if why]
             if refusals:
                 raise ClusterError("\n".join(refusals))
-            outcomes, futures = [], {}
+            outcomes, jobs, keys, sent = [], [], [], []
             run = uuid.uuid4().hex[:8]
             for i, e in enumerate(entries):
                 job = _job(e, course, limits, sandbox, want)
                 if job is None:  # nothing to run: the row is made here, without a sandbox
                     outcomes.append(grade_one(e, course, limits, scratch, sandbox))
                     continue
-                key = f"autograde-{run}-{i:05d}-{e.assignment}-{e.student_id[:60]}"
-                futures[client.submit(grade_task, job, key=key, pure=False, retries=RETRIES)] = e
+                jobs.append(job)
+                keys.append(f"autograde-{run}-{i:05d}-{e.assignment}-{e.student_id[:60]}")
+                sent.append(e)
+            # One graph for the class: when it holds more than twice as many notebooks as the cluster
+            # has threads, the scheduler queues them and hands each worker only as many as it has
+            # threads (worker-saturation 1.0, README), so a worker that dies counts against the
+            # notebooks it was running and no others (allowed-failures).
+            futures = dict(zip(client.map(grade_task, jobs, key=keys, pure=False, retries=RETRIES), sent))
             print(f"grading {len(futures)} notebooks on {len(said)} workers of {scheduler}", file=sys.stderr)
             bar = None
             if progress:

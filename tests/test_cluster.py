@@ -181,6 +181,7 @@ def test_cluster_grades_equal_a_local_run_despite_killed_workers(graded):
         assert len(keys) == 1 and keys[0].endswith(f"-{who}"), (w, keys)
     local, remote = _rows(graded["tmp"] / "out-local"), _rows(graded["tmp"] / "out-cluster")
     zed = remote.pop(("zed", A))
+    assert remote.pop(("zed", B))["status"] == "missing"
     assert remote == local
     # the rows say what they should: the reference earns all, the cheat and the broken file nothing
     assert float(local[("ann", A)]["score"]) == float(local[("ann", A)]["max_score"]) > 0
