@@ -30,6 +30,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -44,6 +45,8 @@ GRADER = Path(__file__).resolve().parent
 #: retries of a task whose grading raised (a grader bug, a full disk on one worker); a worker's death
 #: is counted by the scheduler instead (its allowed-failures)
 RETRIES = 1
+#: seconds a worker gets to answer the first check (its first import of torch, a sandbox started)
+CHECK_S = 300.0
 STATUSES = {"graded", "timeout", "crashed", "unreadable", "missing", "unknown-assignment", "error"}
 
 
@@ -233,15 +236,27 @@ def _connect(scheduler: str, timeout: float):
         raise ClusterError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
 
 
-def _ask_workers(client, want: str, sandbox: bool) -> list:
+def _ask_workers(client, want: str, sandbox: bool, answer_s: float = CHECK_S) -> list:
     """Every worker connected now says whether it would grade (:func:`worker_check`), so a wrong
     checkout or a missing bwrap stops the run before any work; workers that join later check each
     task again (:func:`grade_task`). A task on each worker's own threads, not ``client.run``: the
-    first check imports torch and starts a sandbox, too long to block a worker's event loop."""
+    first check imports torch and starts a sandbox, too long to block a worker's event loop. A
+    worker that leaves meanwhile, or does not answer in ``answer_s``, is left out with a warning."""
     workers = list(client.scheduler_info(n_workers=-1)["workers"])
     futs = [client.submit(worker_check, want, sandbox, workers=[w], allow_other_workers=False, pure=False,
                           key=f"autograde-check-{uuid.uuid4().hex[:8]}-{w}") for w in workers]
-    return client.gather(futs)
+    deadline = time.monotonic() + answer_s
+    while not all(f.done() for f in futs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    said = []
+    for w, f in zip(workers, futs):
+        if f.status == "finished":
+            said.append(f.result())
+        else:
+            print(f"warning: worker {w} did not answer the grader's first check ({f.status}); "
+                  "should it grade, each of its tasks checks the course itself", file=sys.stderr)
+            f.cancel()
+    return said
 
 
 def grade_on_cluster(src: Path, *, scheduler: str, limits: Limits | None = None, sandbox: bool = True,
