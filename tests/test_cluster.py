@@ -122,7 +122,7 @@ class Killer(threading.Thread):
     def __init__(self, address: str, kills: dict):
         super().__init__(daemon=True)
         self.address, self.left, self.done, self.stop = address, dict(kills), [], False
-        self.errors = []
+        self.errors, self.killed = [], set()
 
     def run(self):
         from distributed import Client
@@ -131,25 +131,32 @@ class Killer(threading.Thread):
                 dead = set()
                 while not self.stop and any(self.left.values()):
                     for w, keys in c.processing().items():
-                        for k in keys:
-                            who = str(k).rsplit("-", 1)[-1]
-                            if w in dead or not str(k).startswith("autograde-") or self.left.get(who, 0) <= 0:
+                        for k in map(str, keys):
+                            who = k.rsplit("-", 1)[-1]
+                            if w in dead or not k.startswith("autograde-") or self.left.get(who, 0) <= 0:
                                 continue
-                            # running there, not just assigned: the worker's own executing set
-                            running = c.run(lambda dask_worker: [str(t.key) for t in dask_worker.state.executing],
-                                            workers=[w]).get(w, [])
-                            if str(k) not in running:
+                            try:
+                                self._kill_if_running(c, w, k, who)
+                            except Exception:  # noqa: BLE001 -- that worker went away meanwhile: look again
                                 continue
-                            time.sleep(1.0)  # the sandbox is up and the notebook runs
-                            pid = c.run(os.getpid, workers=[w])[w]
-                            # only this notebook on it: the kill makes no other task suspicious
-                            self.done.append((who, w, sorted(map(str, c.processing()[w]))))
-                            os.kill(pid, signal.SIGKILL)
-                            dead.add(w)
-                            self.left[who] -= 1
+                            if w in self.killed:
+                                dead.add(w)
                     time.sleep(0.1)
         except Exception as e:  # noqa: BLE001 -- reported by the test
             self.errors.append(repr(e))
+
+    def _kill_if_running(self, c, w: str, k: str, who: str) -> None:
+        # running there, not just assigned: the worker's own executing set
+        running = c.run(lambda dask_worker: [str(t.key) for t in dask_worker.state.executing], workers=[w])
+        if k not in running.get(w, []):
+            return
+        time.sleep(1.0)  # the sandbox is up and the notebook runs
+        pid = c.run(os.getpid, workers=[w])[w]
+        # only this notebook on it: the kill makes no other task suspicious
+        self.done.append((who, w, sorted(map(str, c.processing()[w]))))
+        os.kill(pid, signal.SIGKILL)
+        self.killed.add(w)
+        self.left[who] -= 1
 
 
 @pytest.fixture(scope="module")
