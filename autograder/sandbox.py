@@ -184,9 +184,13 @@ UID_LOCKS = Path("/run/autograder-sandbox-uids")
 
 
 def _lock_dir() -> Path:
-    with contextlib.suppress(FileExistsError):
-        UID_LOCKS.mkdir(mode=0o700)
-    st = os.lstat(UID_LOCKS)
+    try:
+        with contextlib.suppress(FileExistsError):
+            UID_LOCKS.mkdir(mode=0o700)
+        st = os.lstat(UID_LOCKS)
+    except OSError as e:
+        raise SandboxUnavailable(f"cannot make {UID_LOCKS}, where the sandbox uids are leased: "
+                                 f"{e.strerror}") from None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
         raise SandboxUnavailable(f"{UID_LOCKS} (the sandbox uids' lock files) must be a folder that only root "
                                  "can write: remove it, the grader makes it again")
