@@ -30,6 +30,7 @@ from autograder.judge import judge_records
 from autograder.outcome import Outcome, TestResult, check_for as _check
 from autograder.outside import measure
 from autograder.sandbox import HARNESS_IN, Limits, run_sandboxed
+from autograder.slots import Child, SlotPool
 
 ROOT = Path(__file__).resolve().parent.parent
 __all__ = ["Course", "Outcome", "TestResult", "grade_class", "grade_one"]
@@ -55,7 +56,8 @@ class Course:
         return planmod.make_plan(self.release(assignment), []).tests
 
 
-def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandbox: bool = True) -> Outcome:
+def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandbox: bool = True,
+              slots: SlotPool | None = None) -> Outcome:
     o = Outcome(entry.student_id, entry.assignment, entry.student_name, notes=list(entry.notes))
     if entry.assignment not in course.catalog.notebooks:
         o.status = "unknown-assignment"
@@ -99,14 +101,21 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
         if tr.finished:  # it said bye: it gets a moment to exit (a traced or stuck init never does)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=protocol.EXIT_GRACE_S)
-        with contextlib.suppress(ProcessLookupError, PermissionError):  # out of protocol, silent, or done
-            os.killpg(proc.pid, signal.SIGKILL)
+        if isinstance(proc, Child):  # out of protocol, silent, or done
+            proc.kill()
+        else:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     work = Path(tempfile.mkdtemp(prefix="sub-", dir=scratch)) if not sandbox else None
     try:
-        res = run_sandboxed(["python", HARNESS_IN, str(reply_w)], limits=limits, sandbox=sandbox,
-                            course_dir=course.root / "course", on_start=on_start, pass_fds=(reply_w,),
-                            scratch=work)
+        if sandbox and slots is not None:  # a fresh child of a pre-imported sandbox (autograder.slots)
+            with slots.slot() as slot:
+                res = slot.run(on_start, reply_w)
+        else:
+            res = run_sandboxed(["python", HARNESS_IN, str(reply_w)], limits=limits, sandbox=sandbox,
+                                course_dir=course.root / "course", on_start=on_start, pass_fds=(reply_w,),
+                                scratch=work)
     finally:
         os.close(reply_r)
         if not box.get("closed"):
@@ -115,6 +124,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
             shutil.rmtree(work, ignore_errors=True)
     tr = box.get("tr") or protocol.Transcript(broke="the notebook's process did not start")
     o.wall_s = res.wall_s
+    o.timings = {k: round(v, 3) for k, v in tr.timings.items()}
     o.output_tail = res.output[-4000:]
     o.cell_errors = tr.cell_errors[:50]
     o.tests = judge_records(tests, tr.records, plan, tr.served)
@@ -139,8 +149,13 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
 
 
 def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Limits | None = None,
-                sandbox: bool = True, root: Path = ROOT, progress: bool = True) -> list[Outcome]:
-    """Grade every submission in ``src`` into ``out_dir``; return the outcomes, sorted."""
+                sandbox: bool = True, root: Path = ROOT, progress: bool = True,
+                zygote: bool = True) -> list[Outcome]:
+    """Grade every submission in ``src`` into ``out_dir``; return the outcomes, sorted.
+
+    ``zygote``: run each submission as a fresh child of a pre-imported sandbox per job
+    (:mod:`autograder.slots`); False starts a whole sandbox and interpreter per submission (slower:
+    ``make bench-grade`` times both)."""
     import torch
 
     torch.set_num_threads(1)
@@ -159,8 +174,9 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
         if progress:
             from tqdm import tqdm
             bar = tqdm(total=len(entries), desc="grading", unit="nb", file=__import__("sys").stderr)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futs = {pool.submit(grade_one, e, course, limits, scratch, sandbox): e for e in entries}
+        slots = SlotPool(limits, course.root / "course", size=jobs) if sandbox and zygote else None
+        with ThreadPoolExecutor(max_workers=jobs) as pool, (slots or contextlib.nullcontext()):
+            futs = {pool.submit(grade_one, e, course, limits, scratch, sandbox, slots): e for e in entries}
             for fut in as_completed(futs):
                 e = futs[fut]
                 try:

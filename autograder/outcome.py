@@ -45,4 +45,5 @@ class Outcome:
     notes: list = field(default_factory=list)
     cell_errors: list = field(default_factory=list)
     wall_s: float = 0.0
+    timings: dict = field(default_factory=dict)  # seconds by phase (autograder.protocol.Transcript)
     output_tail: str = ""

@@ -111,6 +111,9 @@ class Transcript:
     cell_errors: list = field(default_factory=list)  # {"label", "error"}
     disk_full: bool = False  # a cell ended with the sandbox's writable space full
     broke: str = ""  # why the conversation stopped early, in the grader's words
+    #: seconds spent, by phase (grader's clock): "start" (sandbox and interpreter up, until
+    #: ``hello``), "cells", "tests", "benchmark" (served), "exit" (``end`` until ``bye``)
+    timings: dict = field(default_factory=dict)
 
 
 def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float, measure) -> Transcript:
@@ -119,6 +122,12 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
     ``measure(grade_id, stdin, ch)``: times a served benchmark (:func:`autograder.outside.measure`).
     """
     tr = Transcript()
+    clock = {"t": time.monotonic()}
+
+    def spent(phase):
+        now = time.monotonic()
+        tr.timings[phase] = tr.timings.get(phase, 0.0) + (now - clock["t"])
+        clock["t"] = now
 
     def expect(kind, n, timeout):
         msg, arrays = ch.recv_raw(timeout)
@@ -130,6 +139,7 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
     try:
         send(stdin, job)
         expect("hello", None, step_s)
+        spent("start")
         for n, step in enumerate(steps):
             send(stdin, {"op": "step", "n": n, **step})
             if step["kind"] == "cell":
@@ -138,6 +148,7 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
                     tr.cell_errors.append({"label": str(step.get("label", ""))[:80],
                                            "error": str(msg["error"])[:600]})
                 tr.disk_full = tr.disk_full or msg.get("full") is True
+                spent("cells")
             else:
                 index = step["index"]
                 if step.get("served"):
@@ -148,8 +159,11 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
                         except Closed as e:
                             tr.served[index] = f"the benchmark could not finish: {e}"
                             raise
+                        finally:
+                            spent("benchmark")
                         send(stdin, {"op": "end"})
                 msg, arrays = expect("test", n, step_s)
+                spent("tests")
                 try:
                     tr.records[index] = wire.check_record(msg.get("record"), arrays)
                 except wire.WireError as e:
@@ -157,6 +171,7 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
             tr.answered = n + 1
         send(stdin, {"op": "end"})
         expect("bye", None, step_s)
+        spent("exit")
         tr.finished = True
     except TimeoutError:
         tr.broke = "no answer from the notebook's process in time"

@@ -42,8 +42,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = Path(__file__).resolve().parent / "harness.py"
+ZYGOTE = Path(__file__).resolve().parent / "zygote.py"
 #: where things appear inside the sandbox
-WORK, HARNESS_IN = "/home/student", "/grader/harness.py"
+WORK, HARNESS_IN, ZYGOTE_IN = "/home/student", "/grader/harness.py", "/grader/zygote.py"
 #: uids the sandbox runs as when the grader is root, one per concurrent job (none is a host user)
 SANDBOX_UIDS = range(61000, 61256)
 
@@ -97,6 +98,7 @@ def _ro_sources(course_dir: Path) -> list[tuple[str, str]]:
     kit = course_dir.parent / "coursekit"
     pairs.append((str(kit), str(kit)))
     pairs.append((str(HARNESS), HARNESS_IN))
+    pairs.append((str(ZYGOTE), ZYGOTE_IN))
     return [(src, dst) for src, dst in pairs if os.path.exists(src)]
 
 

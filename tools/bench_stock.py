@@ -1,10 +1,13 @@
 """Stock ``nbgrader autograde`` against the course autograder on the same class, side by side.
 
-    python -m tools.bench_stock [--students N] [--jobs J]     (make bench-grade)
+    python -m tools.bench_stock [--students N] [--jobs J] [--one-off]     (make bench-grade)
 
 The class: N students per assignment, alternating the reference solution and the untouched stub
 (honest submissions, so both graders must agree on every test). Prints both wall times, the
-speed-up, and exits 1 if any score differs.
+speed-up, where the course grader's seconds went per submission (sandbox and interpreter start,
+cells, tests, the served benchmark), and exits 1 if any score differs. ``--one-off`` also times
+the course grader with a whole sandbox and interpreter started per submission (no zygote), the
+way it ran before :mod:`autograder.slots`.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--students", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--one-off", action="store_true", help="also time one sandbox per submission")
     args = ap.parse_args(argv)
     from autograder.grade import grade_class
     from tools.stock import autograde_stock
@@ -45,6 +49,11 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         ours = grade_class(tmp / "submitted", tmp / "ours", jobs=args.jobs, progress=True)
         t_ours = time.perf_counter() - t0
+        t_once = None
+        if args.one_off:
+            t0 = time.perf_counter()
+            once = grade_class(tmp / "submitted", tmp / "once", jobs=args.jobs, progress=True, zygote=False)
+            t_once = time.perf_counter() - t0
     stock.pop("_timings", None)
     diffs = []
     for o in ours:
@@ -58,11 +67,24 @@ def main(argv=None) -> int:
     print(f"course autograder:        {t_ours:7.1f} s  ({t_ours / n:.2f} s per notebook, sandboxed, "
           f"--jobs {args.jobs or 'cores'})")
     print(f"speed-up: {t_stock / t_ours:.1f}x")
+    print("course grader, mean seconds per submission by phase (grader's clock):")
+    print(_phases(ours, "  forked from a zygote"))
+    if t_once is not None:
+        print(f"one sandbox and interpreter per submission: {t_once:7.1f} s ({t_stock / t_once:.1f}x stock)")
+        print(_phases(once, "  one-off sandbox     "))
     if diffs:
         print("scores differ:\n  " + "\n  ".join(diffs[:40]))
         return 1
     print("identical scores on every test of every notebook")
     return 0
+
+
+def _phases(outcomes, label: str) -> str:
+    phases = ("start", "cells", "tests", "benchmark", "exit")
+    n = max(1, len(outcomes))
+    mean = {p: sum(o.timings.get(p, 0.0) for o in outcomes) / n for p in phases}
+    wall = sum(o.wall_s for o in outcomes) / n
+    return f"{label}: " + "  ".join(f"{p} {mean[p]:.2f}" for p in phases) + f"  | wall {wall:.2f}"
 
 
 if __name__ == "__main__":

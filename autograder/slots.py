@@ -1,0 +1,236 @@
+"""Grading slots: one long-lived sandbox per concurrent job, holding a pre-imported interpreter
+(:mod:`autograder.zygote`) that forks a fresh sandbox for each submission.
+
+Starting Python and importing torch, ``torch._dynamo`` and IPython costs seconds per submission;
+forking a process that already imported them costs milliseconds. A :class:`Slot` starts the
+zygote once in the same bubblewrap sandbox a one-off run gets (:func:`autograder.sandbox.bwrap_argv`:
+its own unprivileged uid, no capability, read-only root, no network, rlimits), and each
+submission then runs in a child that has entered new namespaces, fresh sized tmpfs and a new
+pid 1 before its first line (see the zygote's docstring for the list).
+
+:meth:`Slot.run` has the contract of :func:`autograder.sandbox.run_sandboxed`: ``on_start`` gets a
+handle with ``stdin`` (the job pipe), ``wait(timeout)`` and ``kill()``; the wall clock runs
+meanwhile; the result carries the exit code, whether the clock ran out, the wall time and the
+output's tail. A slot whose zygote stops answering is torn down (its whole process group) and the
+next submission starts a new one: a submission can cost its own row, never another's.
+
+    with SlotPool(limits, course_dir, size=jobs) as pool:
+        with pool.slot() as slot:
+            res = slot.run(on_start, reply_w)
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from autograder.sandbox import (ROOT, ZYGOTE_IN, Limits, Result, SandboxUnavailable, _ro_sources, _preexec,
+                                _Tail, _user_process_count, bwrap_argv, sandbox_uid, stage_dir)
+
+START_S = 180.0  # the zygote's imports, on a loaded machine
+FORK_S = 30.0  # one fork and the child's namespaces
+
+
+class SlotBroken(RuntimeError):
+    """The slot's zygote did not answer as it should: the slot is torn down."""
+
+
+class Child:
+    """What ``on_start`` gets for one submission (the same surface as the Popen of a one-off run)."""
+
+    def __init__(self, slot: "Slot", job_w: int):
+        self.slot = slot
+        self.stdin = os.fdopen(job_w, "wb", buffering=0)
+        self.exit: int | None = None
+        self.gone = False
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if not self.gone:
+            msg = self.slot._recv(timeout if timeout is not None else None)
+            if msg is None:
+                raise subprocess.TimeoutExpired("submission", timeout)
+            self.exit, self.gone = msg.get("exit"), True
+        return self.exit
+
+    def kill(self) -> None:
+        if not self.gone:
+            self.slot._send({"op": "kill"})
+
+
+class Slot:
+    def __init__(self, limits: Limits, course_dir: Path = ROOT / "course"):
+        self.limits, self.course_dir = limits, Path(course_dir)
+        self._uid_cm = sandbox_uid()
+        uid = self._uid_cm.__enter__()
+        self._lock = threading.Lock()
+        self.broken = False
+        try:
+            self._start(uid)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, uid):
+        stage = []
+        if uid is not None:
+            stage = [(src, str(stage_dir(self.course_dir) / str(i)))
+                     for i, (src, _) in enumerate(_ro_sources(self.course_dir.resolve()))]
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = bwrap_argv(self.limits, self.course_dir, staged=uid is not None) + [
+            "python", ZYGOTE_IN, str(theirs.fileno()), str(self.limits.tmp_mb)]
+        out_r, out_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd="/",
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, close_fds=True,
+                pass_fds=(theirs.fileno(),),
+                preexec_fn=_preexec(self.limits, _user_process_count(uid if uid is not None else os.getuid()),
+                                    uid, stage))
+        finally:
+            os.close(out_w)
+            theirs.close()
+        self.tail = _Tail(out_r, 16 << 10)
+        self.tail.start()
+        msg = self._recv(START_S)
+        if not (isinstance(msg, dict) and msg.get("ready") is True):
+            raise SandboxUnavailable("the grading sandbox's interpreter did not start: "
+                                     + self.tail.text()[-1500:])
+
+    # -- the socket to the zygote ------------------------------------------------------------------
+
+    def _send(self, obj, fds=()) -> None:
+        try:
+            if fds:
+                socket.send_fds(self.sock, [json.dumps(obj).encode()], list(fds))
+            else:
+                self.sock.send(json.dumps(obj).encode())
+        except OSError:
+            self.broken = True
+
+    def _recv(self, timeout: float | None):
+        """The zygote's next message (a dict), or None on timeout or a dead or babbling zygote."""
+        r, _, _ = select.select([self.sock], [], [], timeout)
+        if not r:
+            return None
+        try:
+            data = self.sock.recv(4096)
+            msg = json.loads(data) if data else None
+        except (OSError, ValueError):
+            msg = None
+        if not isinstance(msg, dict):
+            self.broken = True
+            return None
+        return msg
+
+    # -- one submission ----------------------------------------------------------------------------
+
+    def run(self, on_start, reply_w: int, output_cap: int = 64 << 10, exit_s: float = 15.0) -> Result:
+        """Run one submission in a fresh child of this slot (see the module docstring)."""
+        job_r, job_w = os.pipe()
+        out_r, out_w = os.pipe()
+        t0 = time.monotonic()
+        self._send({"op": "fork"}, (job_r, reply_w, out_w))
+        for fd in (job_r, out_w):
+            os.close(fd)
+        tail = _Tail(out_r, output_cap)
+        tail.start()
+        msg = None if self.broken else self._recv(FORK_S)
+        if not (isinstance(msg, dict) and msg.get("forked") is True):
+            self.broken = True
+            os.close(job_w)
+            tail.join(1)
+            return Result(None, False, time.monotonic() - t0,
+                          (self.tail.text()[-2000:] + tail.text()) or "the grading sandbox did not start")
+        child = Child(self, job_w)
+        fired = []
+
+        def expire():
+            fired.append(True)
+            child.kill()
+
+        timer = threading.Timer(self.limits.wall_s, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            if on_start is not None:
+                on_start(child)
+            with contextlib.suppress(OSError):
+                child.stdin.close()
+            try:
+                child.wait(self.limits.wall_s)
+            except subprocess.TimeoutExpired:
+                pass
+        finally:
+            timer.cancel()
+            if not child.gone:  # killed, and still no word: the zygote is not to be trusted again
+                child.kill()
+                try:
+                    child.wait(exit_s)
+                except subprocess.TimeoutExpired:
+                    self.broken = True
+            tail.join(5)
+        return Result(child.exit, bool(fired), time.monotonic() - t0, tail.text())
+
+    def close(self) -> None:
+        proc = getattr(self, "proc", None)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            self.tail.join(2)
+        sock = getattr(self, "sock", None)
+        if sock is not None:
+            sock.close()
+        if self._uid_cm is not None:
+            self._uid_cm.__exit__(None, None, None)
+            self._uid_cm = None
+
+
+class SlotPool:
+    """Up to ``size`` slots, started when first needed, torn down and replaced when broken."""
+
+    def __init__(self, limits: Limits, course_dir: Path = ROOT / "course", size: int = 1):
+        self.limits, self.course_dir = limits, Path(course_dir)
+        self._idle: queue.Queue = queue.Queue()
+        self._all: list[Slot] = []
+        self._lock = threading.Lock()
+        self._sem = threading.BoundedSemaphore(size)
+
+    @contextlib.contextmanager
+    def slot(self):
+        with self._sem:
+            try:
+                s = self._idle.get_nowait()
+            except queue.Empty:
+                s = Slot(self.limits, self.course_dir)
+                with self._lock:
+                    self._all.append(s)
+            try:
+                yield s
+            finally:
+                if s.broken or s.proc.poll() is not None:
+                    s.close()
+                    with self._lock:
+                        self._all.remove(s)
+                else:
+                    self._idle.put(s)
+
+    def close(self) -> None:
+        with self._lock:
+            for s in self._all:
+                s.close()
+            self._all.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,235 @@
+"""Runs INSIDE a long-lived sandbox, one per grading slot: imports torch, IPython and the checks
+once, then forks one child per submission, and each child enters a fresh sandbox of its own
+before any student code runs (the grader's side is :mod:`autograder.slots`).
+
+Started as ``python /grader/zygote.py SOCKET_FD TMP_MB`` inside the same bubblewrap sandbox as a
+one-off submission (:func:`autograder.sandbox.bwrap_argv`: unprivileged uid, no capability,
+read-only root, no network). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
+are JSON; the grader sends::
+
+    {"op": "fork"}  + three descriptors: the job pipe's read end, the reply pipe's write end, the
+                      output pipe's write end (SCM_RIGHTS)
+    {"op": "kill"}  while a child runs: kill it (and everything it started) now
+
+and this process answers ``{"ready": true}`` once at start, then per fork ``{"forked": true}``
+and, when that child is gone, ``{"exit": code}``.
+
+Why a child is as fresh as a sandbox of its own. Between fork and the student's first line, the
+child (:func:`_enter`):
+
+1. ``unshare`` s new user, mount, pid, network, IPC and UTS namespaces (the zygote itself is
+   multi-threaded-free and never runs student code; the fork is a pristine copy of it);
+2. mounts new, sized tmpfs on the working directory, ``/tmp`` and ``/dev/shm``: nothing an
+   earlier submission wrote is there;
+3. forks the process that runs the harness, pid 1 of the new pid namespace, with a new ``/proc``:
+   it cannot see (so cannot signal or trace) the zygote or any earlier submission; killing it
+   kills everything it started; it dies with its parent (``PR_SET_PDEATHSIG``);
+4. brings up its own loopback, sets the hostname, forbids further user namespaces where the
+   kernel allows it, drops every capability (bounding set, ambient, effective, permitted) and
+   sets ``no_new_privs``: mounts inherited from the slot are locked, and without
+   ``CAP_SYS_ADMIN`` it cannot unmount its own tmpfs or ``/proc`` either;
+5. keeps only its three pipes, then runs :func:`harness.main`.
+
+The zygote is not dumpable (``PR_SET_DUMPABLE`` 0), so even a process of the same uid that could
+name it could not trace it or read its memory.
+"""
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+WORK = "/home/student"
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _check(rc, what):
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def _mount(src, target, fstype, flags, data):
+    _check(libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(),
+                      ctypes.c_ulong(flags), data and data.encode()), f"mount {target}")
+
+
+def _loopback_up():
+    import fcntl
+    import struct
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH", b"lo", 0))[:18])[1]  # SIOCGIFFLAGS
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))  # SIOCSIFFLAGS, IFF_UP
+    finally:
+        s.close()
+
+
+def _drop_capabilities():
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # EINVAL: past the last
+            break
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    data = (_CapData * 2)()
+    _check(libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), data), "capset")
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+def _enter(tmp_mb: int, status_w: int, keep: tuple) -> None:
+    """Steps 1-4 of the module docstring. Returns in the process that runs the harness (pid 1 of
+    its namespace); the intermediate process waits for it and exits with its status."""
+    uid, gid = os.getuid(), os.getgid()
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the zygote is not; this child must write its own maps
+    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+           "unshare")
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{uid} {uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{gid} {gid} 1")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    size = f"size={tmp_mb}m"
+    _mount("tmpfs", WORK, "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=0700")
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
+    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
+    pid = os.fork()
+    if pid:  # the intermediate: report the harness's pid, hold nothing, wait, pass its status on
+        for fd in keep:
+            os.close(fd)
+        os.write(status_w, f"{pid}\n".encode())
+        os.close(status_w)
+        _, st = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(st)
+        os._exit(code if code >= 0 else 128 - code)
+    os.close(status_w)
+    _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    if os.getppid() == 0 and not os.path.exists("/proc/self"):  # pragma: no cover -- parent already gone
+        os._exit(137)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    _check(libc.sethostname(b"sandbox", 7), "sethostname")
+    _loopback_up()
+    try:  # no user namespaces below this one (a kernel that has the knob per namespace)
+        with open("/proc/sys/user/max_user_namespaces", "w") as f:
+            f.write("0")
+    except OSError:
+        pass
+    _drop_capabilities()
+    os.chdir(WORK)
+
+
+def _run_child(sock, fds, tmp_mb, status_w, harness):
+    """In the forked child: never returns."""
+    code = 70
+    try:
+        sock.close()
+        job_r, reply_w, out_w = fds
+        _enter(tmp_mb, status_w, (job_r, reply_w, out_w))
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        os.close(out_w)
+        keep = {0, 1, 2, job_r, reply_w}
+        for fd in map(int, os.listdir("/proc/self/fd")):
+            if fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        harness.main(reply_w, job_r)
+    except BaseException as e:  # noqa: BLE001 -- the grader sees the message and a crashed row
+        try:
+            os.write(2, f"the grading sandbox could not start: {type(e).__name__}: {e}\n".encode())
+        except OSError:
+            pass
+    os._exit(code)
+
+
+def _send(sock, obj):
+    sock.send(json.dumps(obj).encode())
+
+
+def _one(sock, fds, tmp_mb, harness):
+    """Fork one submission's child, relay its life to the grader, return when it is gone."""
+    status_r, status_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(status_r)
+        _run_child(sock, fds, tmp_mb, status_w, harness)
+    os.close(status_w)
+    for fd in fds:
+        os.close(fd)
+    inner = None
+    r, _, _ = select.select([status_r], [], [], 30.0)
+    if r:
+        line = os.read(status_r, 64).decode().strip()
+        inner = int(line) if line.isdigit() else None
+    os.close(status_r)
+    _send(sock, {"forked": inner is not None})
+
+    def kill():
+        for p in (inner, pid):
+            if p:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    if inner is None:
+        kill()
+    while True:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        r, _, _ = select.select([sock], [], [], 0.02)
+        if r:
+            msg = sock.recv(4096)
+            if not msg:  # the grader is gone
+                kill()
+                os.waitpid(pid, 0)
+                sys.exit(0)
+            if json.loads(msg).get("op") == "kill":
+                kill()
+    code = os.waitstatus_to_exitcode(st)
+    _send(sock, {"exit": code})
+
+
+def main():
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    tmp_mb = int(sys.argv[2])
+    import harness  # beside this file in /grader
+    harness.preload()
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    _send(sock, {"ready": True})
+    while True:
+        msg, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+        if not msg:
+            return
+        req = json.loads(msg)
+        if req.get("op") != "fork" or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            continue
+        _one(sock, fds, tmp_mb, harness)
+
+
+if __name__ == "__main__":
+    main()

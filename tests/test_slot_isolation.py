@@ -1,0 +1,204 @@
+"""A grading slot's children (:mod:`autograder.slots`, :mod:`autograder.zygote`) against submissions
+that try to leave their sandbox, reach the pre-imported interpreter they were forked from, or leave
+something behind for the next submission of the same slot.
+
+Each attempt runs as a notebook cell in a real slot, through the same harness and protocol as a
+graded submission; the cell prints a JSON report, and the tests assert on it and on the host.
+"""
+from __future__ import annotations
+
+import json
+import os
+import site
+from pathlib import Path
+
+import pytest
+
+from autograder import protocol
+from autograder.sandbox import SANDBOX_UIDS, Limits
+from autograder.slots import Slot
+from course.release import ROOT
+
+pytestmark = [pytest.mark.autograder, pytest.mark.slow]
+
+ATTEMPTS = r'''
+import ctypes, json, os, socket, subprocess, sys
+import course
+libc = ctypes.CDLL(None, use_errno=True)
+status = open("/proc/self/status").read()
+field = lambda k: status.split(k + ":")[1].split()[0]
+r = {"uid": os.getuid(), "pid": os.getpid(), "capeff": field("CapEff"), "capprm": field("CapPrm"),
+     "capbnd": field("CapBnd"), "nonewprivs": field("NoNewPrivs")}
+pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+r["pids"] = sorted(pids)
+cmdlines = []  # of every process but this one (a fork of the zygote: its command line says so)
+for p in pids:
+    if p == os.getpid():
+        continue
+    try:
+        cmdlines.append(open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace"))
+    except OSError:
+        pass
+r["sees_zygote"] = any("zygote" in c for c in cmdlines)
+def sh(cmd):
+    return subprocess.run(cmd, shell=True, capture_output=True, text=True).returncode
+r["umount_proc"] = sh("umount /proc")
+r["umount_tmp"] = sh("umount /tmp")
+r["umount_work"] = sh("umount /home/student")
+r["mount_tmpfs"] = libc.mount(b"tmpfs", b"/mnt", b"tmpfs", 0, None)
+r["remount_venv_rw"] = sh(f"mount -o remount,rw,bind {sys.prefix}")
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x20000
+r["new_userns"] = libc.unshare(CLONE_NEWUSER | CLONE_NEWNS)
+def write(path):
+    try:
+        with open(path, "w") as f:
+            f.write("import os\n")
+        return "written"
+    except OSError as e:
+        return e.errno
+r["pth"] = write(os.path.join(__import__("site").getsitepackages()[0], "zz_pwned.pth"))
+r["course_file"] = write(os.path.join(os.path.dirname(course.__file__), "pwned.py"))
+s = socket.socket(); s.settimeout(2)
+try:
+    s.connect(("10.0.0.1", 80)); r["network"] = "connected"
+except OSError as e:
+    r["network"] = e.errno
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+c = socket.create_connection(srv.getsockname(), timeout=2); r["loopback"] = True
+r["hostname"] = socket.gethostname()
+print("RESULT " + json.dumps(r))
+'''
+
+PLANT = r'''
+import os, subprocess
+for d in ("/tmp", "/home/student", "/dev/shm"):
+    open(os.path.join(d, "left_behind"), "w").write("x")
+subprocess.Popen(["sleep", "1000"], start_new_session=True)
+print("PLANTED")
+'''
+
+LOOK = r'''
+import json, os
+print("RESULT " + json.dumps({d: os.path.exists(os.path.join(d, "left_behind")) for d in ("/tmp", "/home/student", "/dev/shm")}
+                             | {"procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}))
+'''
+
+
+def run_cell(slot: Slot, source: str):
+    """Run ``source`` as the only cell of a submission in a fresh child of ``slot``."""
+    reply_r, reply_w = os.pipe()
+    box = {}
+
+    def on_start(child):
+        os.close(reply_w)
+        box["closed"] = True
+        box["tr"] = protocol.converse(child.stdin, protocol.Channel(reply_r),
+                                      [{"kind": "cell", "label": "attempt", "source": source}],
+                                      {"cell_s": 60}, step_s=90, measure=None)
+        child.wait(10)
+
+    try:
+        res = slot.run(on_start, reply_w)
+    finally:
+        os.close(reply_r)
+        if not box.get("closed"):
+            os.close(reply_w)
+    return res, box.get("tr") or protocol.Transcript(broke="no child started")
+
+
+def report(res) -> dict:
+    line = next((l for l in res.output.splitlines() if l.startswith("RESULT ")), None)
+    assert line, res.output
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def slot():
+    s = Slot(Limits(wall_s=120))
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def attempts(slot):
+    res, tr = run_cell(slot, ATTEMPTS)
+    assert tr.finished, (tr.broke, res.output)
+    return report(res)
+
+
+def test_child_has_no_capability_and_no_new_privileges(attempts):
+    assert attempts["capeff"] == attempts["capprm"] == attempts["capbnd"] == "0" * 16
+    assert attempts["nonewprivs"] == "1"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid switch happens when the grader runs as root")
+def test_child_runs_as_the_slots_unprivileged_uid(attempts):
+    assert attempts["uid"] in SANDBOX_UIDS
+
+
+def test_child_is_pid_1_of_its_own_namespace_and_cannot_see_the_zygote(attempts):
+    assert attempts["pid"] == 1
+    assert attempts["sees_zygote"] is False
+    assert max(attempts["pids"]) < 50  # only what the cell itself started
+
+
+def test_child_cannot_unmount_or_mount_or_make_a_user_namespace(attempts):
+    for key in ("umount_proc", "umount_tmp", "umount_work", "mount_tmpfs", "remount_venv_rw", "new_userns"):
+        assert attempts[key] != 0, key
+
+
+def test_child_cannot_write_the_graders_python_or_course(attempts):
+    assert attempts["pth"] != "written" and attempts["course_file"] != "written"
+    assert not Path(site.getsitepackages()[0], "zz_pwned.pth").exists()
+    assert not (ROOT / "course" / "pwned.py").exists()
+
+
+def test_child_has_loopback_but_no_network(attempts):
+    assert attempts["loopback"] is True and attempts["network"] != "connected"
+    assert attempts["hostname"] == "sandbox"
+
+
+def _processes_of(uid: int) -> list[str]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.stat(f"/proc/{d}").st_uid == uid:
+                    out.append(Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                pass
+    return out
+
+
+def test_nothing_a_submission_leaves_reaches_the_next_one_of_the_same_slot(slot):
+    res, tr = run_cell(slot, PLANT)
+    assert tr.finished and "PLANTED" in res.output, res.output
+    res, tr = run_cell(slot, LOOK)
+    seen = report(res)
+    assert seen["/tmp"] is seen["/home/student"] is seen["/dev/shm"] is False
+    assert seen["procs"] == [1]  # the earlier child's detached `sleep` died with its namespace
+    if os.geteuid() == 0:
+        uid = int(Path(f"/proc/{slot.proc.pid}/status").read_text().split("Uid:")[1].split()[0])
+        assert not any("sleep" in c for c in _processes_of(uid))
+
+
+def test_a_child_that_will_not_stop_is_killed_at_the_wall_clock_and_the_slot_goes_on():
+    s = Slot(Limits(wall_s=4))
+    try:
+        res, tr = run_cell(s, "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True: pass\n")
+        assert res.timed_out and not tr.finished and not s.broken
+        res, tr = run_cell(s, "print('RESULT {}')")
+        assert tr.finished and report(res) == {}
+    finally:
+        s.close()
+
+
+def test_a_dead_zygote_breaks_only_its_slot():
+    s = Slot(Limits(wall_s=30))
+    try:
+        os.killpg(s.proc.pid, 9)
+        s.proc.wait()
+        res, tr = run_cell(s, "print('RESULT {}')")
+        assert s.broken and not tr.finished and res.returncode is None
+    finally:
+        s.close()
