@@ -23,8 +23,10 @@ scheduler runs it on another worker; after ``distributed.scheduler.allowed-failu
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import os
 import shutil
 import socket
 import sys
@@ -39,6 +41,7 @@ from autograder.ingest import Entry, discover
 from autograder.outcome import Outcome, TestResult, check_for
 from autograder.plan import MAX_NOTEBOOK_BYTES
 from autograder.sandbox import Limits, SandboxUnavailable, ensure_bwrap
+from autograder.slots import SlotPool
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADER = Path(__file__).resolve().parent
@@ -119,6 +122,40 @@ def worker_check(want_hash: str, sandbox: bool) -> str | None:
     return None
 
 
+_pools: dict = {}  # Limits as a tuple -> [SlotPool, tasks using it]
+
+
+def _nthreads() -> int:
+    try:
+        from distributed import get_worker
+        return get_worker().state.nthreads
+    except ValueError:  # not inside a worker
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def _slots(limits: Limits, course: Course, sandbox: bool):
+    """This worker's grading slots for ``limits``, as a local run has them (:mod:`autograder.slots`:
+    one pre-imported sandbox per worker thread, a fresh child of it per notebook); kept between
+    tasks and runs. A pool for other limits is closed as soon as no task uses it."""
+    if not sandbox:
+        yield None
+        return
+    key = dataclasses.astuple(limits)
+    with _state_lock:
+        for k in [k for k, (_, users) in _pools.items() if k != key and users == 0]:
+            _pools.pop(k)[0].close()
+        if key not in _pools:
+            _pools[key] = [SlotPool(limits, course.root / "course", size=_nthreads()), 0]
+        held = _pools[key]
+        held[1] += 1
+    try:
+        yield held[0]
+    finally:
+        with _state_lock:
+            held[1] -= 1
+
+
 def grade_task(job: dict) -> dict:
     """Run on a worker: grade one submission (``job`` from :func:`_job`) in this worker's sandbox.
 
@@ -133,7 +170,9 @@ def grade_task(job: dict) -> dict:
         path = scratch / "submission.ipynb"
         path.write_bytes(job["notebook"])
         entry = Entry(job["student_id"], job["assignment"], path, job["student_name"], list(job["notes"]))
-        o = grade_one(entry, course, Limits(**job["limits"]), scratch, job["sandbox"])
+        limits = Limits(**job["limits"])
+        with _slots(limits, course, job["sandbox"]) as slots:
+            o = grade_one(entry, course, limits, scratch, job["sandbox"], slots)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {"outcome": dataclasses.asdict(o), "worker": _where()}
@@ -185,6 +224,9 @@ def outcome_from(res, entry: Entry, course: Course) -> Outcome:
         raise BadResult("notes is not a list of str")
     if not (isinstance(d["cell_errors"], list) and all(isinstance(c, dict) for c in d["cell_errors"])):
         raise BadResult("cell_errors is not a list of dicts")
+    timings = d["timings"]
+    if not (isinstance(timings, dict) and all(isinstance(k, str) and _number(v) for k, v in timings.items())):
+        raise BadResult("timings is not a dict of numbers")
     if (d["student_id"], d["assignment"]) != (entry.student_id, entry.assignment):
         raise BadResult(f"it grades {d['student_id']}/{d['assignment']}, not {entry.student_id}/{entry.assignment}")
     if d["status"] not in STATUSES:
