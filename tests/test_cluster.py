@@ -298,6 +298,7 @@ def test_a_malformed_result_is_never_a_grade():
     broken(lambda o: o.update(status="excellent"))
     broken(lambda o: o.update(extra=1))
     broken(lambda o: o["tests"][0].update(grade_id="something_else"))
+    broken(lambda o: o.update(timings={"run": "slow"}))
     with pytest.raises(cl.BadResult):
         cl.outcome_from({"outcome": good["outcome"]}, e, course)
 
