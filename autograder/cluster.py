@@ -344,11 +344,14 @@ def grade_on_cluster(src: Path, *, scheduler: str, limits: Limits | None = None,
                 from tqdm import tqdm
                 bar = tqdm(total=len(futures), desc="grading", unit="nb", file=sys.stderr)
             for fut in as_completed(list(futures), loop=client.loop):
-                e = futures[fut]
+                e = futures.pop(fut)
                 try:
                     res = fut.result()
+                    # let the scheduler forget it: a result left on a worker that dies later would be
+                    # graded again, for nothing
+                    fut.release()
                     if isinstance(res, dict) and "refused" in res:
-                        client.cancel(list(futures))
+                        client.cancel(list(futures))  # the ones not back yet
                         raise ClusterError(str(res["refused"]))
                     o = outcome_from(res, e, course)
                 except KilledWorker as exc:
