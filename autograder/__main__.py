@@ -2,7 +2,11 @@
 
 Exit status: 0 when the run finished (whatever the submissions did), 2 when it could not run
 (bad arguments, unreadable or empty input, no sandbox available without ``--no-sandbox``,
-earlier results in ``--out`` that cannot be read).
+earlier results in ``--out`` that cannot be read; with ``--scheduler``: no scheduler or no workers
+there, or a worker that refuses, having another course installed or no sandbox).
+
+``--scheduler ADDRESS`` grades on a Dask distributed cluster (:mod:`autograder.cluster`); this
+process still writes every output.
 
 Grading into a folder that holds earlier results merges with them (:mod:`autograder.results`):
 this run's rows replace those of the same student and assignment, the others stay.
@@ -36,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True, help="output folder (grades.csv, feedback/, report.html); "
                                                 "earlier results there are kept and merged")
     g.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: cores)")
+    g.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="grade on a running Dask distributed cluster, e.g. tcp://10.0.0.5:8786 (its workers "
+                        "need this course checked out, same commit, and bubblewrap); this process writes "
+                        "every output. Default: grade on this machine")
     g.add_argument("--gradebook", default=None,
                    help="nbgrader gradebook to write (sqlite file; default OUT/gradebook.db, or none when "
                         "grading a course's submitted/ folder; 'none' to skip)")
@@ -66,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from autograder import results
+    from autograder.cluster import ClusterError, grade_on_cluster
     from autograder.grade import grade_class
     from autograder.ingest import InputError
     from autograder.sandbox import SandboxUnavailable, ensure_bwrap
@@ -73,14 +82,18 @@ def main(argv=None) -> int:
     limits = Limits(wall_s=args.timeout, cell_s=args.cell_timeout, cpu_s=args.cpu, memory_mb=args.memory,
                     nproc=args.nproc, fsize_mb=args.fsize, nofile=args.nofile, tmp_mb=args.tmp,
                     threads=args.threads)
-    if not args.no_sandbox:
+    if args.scheduler and args.jobs:
+        print("warning: --jobs is ignored with --scheduler: each worker grades --nthreads notebooks at once",
+              file=sys.stderr)
+    if args.no_sandbox:
+        print("warning: --no-sandbox: submissions run with your permissions (rlimits only)"
+              + (" on every worker" if args.scheduler else ""), file=sys.stderr)
+    elif not args.scheduler:  # on a cluster, each worker checks its own sandbox (autograder.cluster)
         try:
             ensure_bwrap()
         except SandboxUnavailable as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-    else:
-        print("warning: --no-sandbox: submissions run with your permissions (rlimits only)", file=sys.stderr)
     from autograder import nbgrader_course
     nbcourse = None
     if args.course and args.no_course:
@@ -114,12 +127,21 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     try:
-        outcomes = grade_class(Path(args.submissions), out, jobs=args.jobs, limits=limits,
-                               sandbox=not args.no_sandbox, progress=not args.no_progress,
-                               root=Path(args.course_root))
+        if args.scheduler:
+            outcomes = grade_on_cluster(Path(args.submissions), scheduler=args.scheduler, limits=limits,
+                                        sandbox=not args.no_sandbox, progress=not args.no_progress,
+                                        root=Path(args.course_root))
+        else:
+            outcomes = grade_class(Path(args.submissions), out, jobs=args.jobs, limits=limits,
+                                   sandbox=not args.no_sandbox, progress=not args.no_progress,
+                                   root=Path(args.course_root))
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ClusterError as e:
+        print(f"error: the class was not graded, nothing was written: {e}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)  # grade_class made it; a cluster run makes it only now
     n = len(outcomes)
     fresh = outcomes
     if before is not None:

@@ -3,7 +3,8 @@
 What the sandbox is (``bwrap`` arguments built by :func:`bwrap_argv`):
 
 * an unprivileged user: when the grader runs as root, bwrap itself is started as a uid of its own
-  for each concurrent job (:data:`SANDBOX_UIDS`, no such user exists on the host), so nothing the
+  for each concurrent job (:data:`SANDBOX_UIDS`, no such user exists on the host; one lock file per
+  uid in :data:`UID_LOCKS` keeps them apart across processes), so nothing the
   submission does acts as root anywhere, and files of the host (the venv, the course) are not its
   own even where it can see them; inside, ``--cap-drop ALL``: no capability, so no remounting a
   read-only bind;
@@ -31,11 +32,12 @@ Nothing here ever falls back to running without a sandbox: :func:`ensure_bwrap` 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
-import queue
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -223,23 +225,52 @@ def _unused(uid: int) -> bool:
         return True
 
 
-_free_uids: queue.Queue = queue.Queue()
-for _u in filter(_unused, SANDBOX_UIDS):
-    _free_uids.put(_u)
+#: one lock file per sandbox uid, in a folder only root may write: a uid is taken while some process
+#: holds an flock on its file. Several grader processes on one machine (``--jobs`` threads, Dask
+#: workers, two graders run at once) then never share a uid, and a process that dies, even by
+#: SIGKILL, gives its uids back with its open files.
+UID_LOCKS = Path("/run/autograder-sandbox-uids")
+
+
+def _lock_dir() -> Path:
+    try:
+        with contextlib.suppress(FileExistsError):
+            UID_LOCKS.mkdir(mode=0o700)
+        st = os.lstat(UID_LOCKS)
+    except OSError as e:
+        raise SandboxUnavailable(f"cannot make {UID_LOCKS}, where the sandbox uids are leased: "
+                                 f"{e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise SandboxUnavailable(f"{UID_LOCKS} (the sandbox uids' lock files) must be a folder that only root "
+                                 "can write: remove it, the grader makes it again")
+    return UID_LOCKS
 
 
 @contextlib.contextmanager
-def sandbox_uid():
+def sandbox_uid(wait_s: float = 0.2):
     """A uid of its own for one sandbox while the grader is root (None otherwise: bwrap then runs
-    as the grader's own unprivileged user)."""
+    as the grader's own unprivileged user). Waits while every uid is taken."""
     if os.geteuid() != 0:
         yield None
         return
-    uid = _free_uids.get()
-    try:
-        yield uid
-    finally:
-        _free_uids.put(uid)
+    locks = _lock_dir()
+    while True:
+        for uid in _SANDBOX_FREE:
+            fd = os.open(locks / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield uid
+            finally:
+                os.close(fd)  # the lock goes with the descriptor
+            return
+        time.sleep(wait_s)
+
+
+_SANDBOX_FREE = [u for u in SANDBOX_UIDS if _unused(u)]
 
 
 def _preexec(limits: Limits, nproc_base: int, uid: int | None, stage: list[tuple[str, str]], gpu: bool = False):

@@ -1,0 +1,314 @@
+"""Grading on a Dask cluster (``python -m autograder grade ... --scheduler``, autograder/cluster.py).
+
+A real ``dask scheduler`` and two ``dask worker`` processes (one thread each, with a nanny that
+restarts a killed worker) on loopback grade a small class: the reference, the untouched release,
+a cheat (tests/fixtures/hostile/patch_checks.py), a file that is not JSON, and a second assignment
+handed in by one student. While it runs, the worker running ``ann``'s notebook is SIGKILLed once
+(the notebook is graded again elsewhere) and every worker that runs ``zed``'s notebook is SIGKILLed
+(the scheduler runs with allowed-failures 1, so zed's second death ends it: a ``crashed`` row).
+Asserted: the rows equal a local run's, zed's row excepted, which says crashed and scores 0.
+
+Also: a client whose course differs from the workers' is refused (before any task, and by each
+task), a worker without bubblewrap refuses, sandbox uids never clash across processes, and a
+malformed result from a worker becomes an error row, never a grade.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tools.fixture_class import FIXTURES, read_code_fixture, release_dict, solved_dict, with_code
+from course.release import ROOT, venv_env
+
+pytestmark = pytest.mark.autograder
+A, B = "01_layernorm", "02_rmsnorm"
+COLUMNS = ("student_id", "assignment", "score", "max_score", "status", "tests_passed", "tests_total")
+
+
+def _put(dest: Path, student: str, assignment: str, content) -> None:
+    name, _ = release_dict(assignment)
+    d = dest / student / assignment
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(content if isinstance(content, bytes) else json.dumps(content).encode())
+
+
+def _class(dest: Path, doomed: bool) -> Path:
+    _, release = release_dict(A)
+    cheat = read_code_fixture(FIXTURES / "hostile" / "patch_checks.py")
+    _put(dest, "ann", A, solved_dict(A))
+    _put(dest, "bob", A, release)
+    _put(dest, "bob", B, release_dict(B)[1])
+    _put(dest, "cat", A, with_code(copy.deepcopy(release), cheat["code"]))
+    _put(dest, "dan", A, b'{"cells": [ this is not json')
+    if doomed:
+        _put(dest, "zed", A, solved_dict(A))
+    return dest
+
+
+def _dask(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dask", *args]
+
+
+def _grade(src: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autograder", "grade", str(src), "--out", str(out),
+                           "--no-progress", *extra], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(venv_env(), OMP_NUM_THREADS="1"), timeout=600)
+
+
+def _rows(out: Path) -> dict:
+    return {(r["student_id"], r["assignment"]): {k: r[k] for k in COLUMNS}
+            for r in csv.DictReader(open(out / "grades.csv", encoding="utf-8"))}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A scheduler and two workers on 127.0.0.1 (random ports); every process is gone afterwards."""
+    from distributed import Client
+
+    tmp = tmp_path_factory.mktemp("cluster")
+    env = dict(venv_env(), OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
+               DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="1",
+               DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION="1.0")
+    procs = []
+
+    def start(cmd, log):
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(tmp / log, "wb"),
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+
+    try:
+        info = tmp / "scheduler.json"
+        start(_dask("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                    "--scheduler-file", str(info)), "scheduler.log")
+        deadline = time.monotonic() + 60
+        while not (info.exists() and info.stat().st_size):
+            assert time.monotonic() < deadline and procs[0].poll() is None, (tmp / "scheduler.log").read_text()
+            time.sleep(0.2)
+        address = json.loads(info.read_text())["address"]
+        for i in (1, 2):
+            start(_dask("worker", address, "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard",
+                        "--memory-limit", "0", "--name", f"w{i}"), f"worker{i}.log")
+        with Client(address, set_as_default=False, timeout=30) as c:
+            c.wait_for_workers(2, timeout=90)
+        yield {"address": address, "tmp": tmp}
+    finally:
+        for p in reversed(procs):
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+class Killer(threading.Thread):
+    """SIGKILLs the worker process that is executing a notebook of ``kills``' students, as many
+    times as ``kills`` says (each time on a worker not killed before: the nanny restarts it under a
+    new address)."""
+
+    def __init__(self, address: str, kills: dict):
+        super().__init__(daemon=True)
+        self.address, self.left, self.done, self.stop = address, dict(kills), [], False
+        self.errors, self.killed = [], set()
+
+    def run(self):
+        from distributed import Client
+        try:
+            with Client(self.address, set_as_default=False, timeout=30) as c:
+                dead = set()
+                while not self.stop and any(self.left.values()):
+                    for w, keys in c.processing().items():
+                        for k in map(str, keys):
+                            who = k.rsplit("-", 1)[-1]
+                            if w in dead or not k.startswith("autograde-") or self.left.get(who, 0) <= 0:
+                                continue
+                            try:
+                                self._kill_if_running(c, w, k, who)
+                            except Exception:  # noqa: BLE001 -- that worker went away meanwhile: look again
+                                continue
+                            if w in self.killed:
+                                dead.add(w)
+                    time.sleep(0.1)
+        except Exception as e:  # noqa: BLE001 -- reported by the test
+            self.errors.append(repr(e))
+
+    def _kill_if_running(self, c, w: str, k: str, who: str) -> None:
+        # running there, not just assigned: the worker's own executing set
+        running = c.run(lambda dask_worker: [str(t.key) for t in dask_worker.state.executing], workers=[w])
+        if k not in running.get(w, []):
+            return
+        time.sleep(1.0)  # the sandbox is up and the notebook runs
+        pid = c.run(os.getpid, workers=[w])[w]
+        # only this notebook on it: the kill makes no other task suspicious
+        self.done.append((who, w, sorted(map(str, c.processing()[w]))))
+        os.kill(pid, signal.SIGKILL)
+        self.killed.add(w)
+        self.left[who] -= 1
+
+
+@pytest.fixture(scope="module")
+def graded(cluster, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("graded")
+    local_src, cluster_src = _class(tmp / "local", doomed=False), _class(tmp / "cluster", doomed=True)
+    t0 = time.monotonic()
+    local = _grade(local_src, tmp / "out-local", "--jobs", "2")
+    t_local = time.monotonic() - t0
+    killer = Killer(cluster["address"], {"ann": 1, "zed": 2})
+    killer.start()
+    t0 = time.monotonic()
+    remote = _grade(cluster_src, tmp / "out-cluster", "--scheduler", cluster["address"])
+    t_cluster = time.monotonic() - t0
+    killer.stop = True
+    killer.join(30)
+    print(f"local {t_local:.1f} s, cluster {t_cluster:.1f} s, kills {killer.done}")
+    return {"local": local, "remote": remote, "killer": killer, "tmp": tmp}
+
+
+@pytest.mark.slow
+def test_cluster_grades_equal_a_local_run_despite_killed_workers(graded):
+    assert graded["local"].returncode == 0, graded["local"].stderr[-3000:]
+    assert graded["remote"].returncode == 0, graded["remote"].stderr[-3000:]
+    k = graded["killer"]
+    assert not k.errors, k.errors
+    assert sorted(who for who, _, _ in k.done) == ["ann", "zed", "zed"], k.done
+    for who, w, keys in k.done:
+        assert len(keys) == 1 and keys[0].endswith(f"-{who}"), (w, keys)
+    local, remote = _rows(graded["tmp"] / "out-local"), _rows(graded["tmp"] / "out-cluster")
+    zed = remote.pop(("zed", A))
+    assert remote.pop(("zed", B))["status"] == "missing"
+    assert remote == local
+    # the rows say what they should: the reference earns all, the cheat and the broken file nothing
+    assert float(local[("ann", A)]["score"]) == float(local[("ann", A)]["max_score"]) > 0
+    assert float(local[("cat", A)]["score"]) == 0 and float(local[("bob", A)]["score"]) == 0
+    assert local[("dan", A)]["status"] == "unreadable"
+    assert local[("ann", B)]["status"] == "missing"  # bob handed in 02: a row for everyone
+    assert zed["status"] == "crashed" and float(zed["score"]) == 0, zed
+
+
+@pytest.mark.slow
+def test_a_crashed_row_says_the_worker_died(graded):
+    rows = {(r["student_id"], r["assignment"]): r for r in
+            csv.DictReader(open(graded["tmp"] / "out-cluster" / "grades.csv", encoding="utf-8"))}
+    assert "worker died 2 times" in rows[("zed", A)]["message"], rows[("zed", A)]["message"]
+    assert (graded["tmp"] / "out-cluster" / "feedback" / "zed").is_dir()
+    assert (graded["tmp"] / "out-cluster" / "report.html").is_file()
+
+
+def _other_course(tmp: Path) -> Path:
+    """A copy of the course whose layernorm checks differ by one comment line."""
+    root = tmp / "other-course"
+    for d in ("coursekit", "course", "exercises"):
+        shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(root / "coursekit" / "checks" / "layernorm.py", "a") as f:
+        f.write("# another version of the checks\n")
+    return root
+
+
+@pytest.mark.slow
+def test_workers_with_another_course_refuse_and_nothing_is_written(cluster, tmp_path):
+    src = _class(tmp_path / "class", doomed=False)
+    proc = _grade(src, tmp_path / "out", "--scheduler", cluster["address"],
+                  "--course-root", str(_other_course(tmp_path)))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "has another course installed" in proc.stderr and "course hash" in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+@pytest.mark.slow
+def test_each_task_carries_the_hash_and_a_worker_refuses_it(cluster, tmp_path, monkeypatch):
+    """Workers that join after the client's first check still refuse: skip that check, and the
+    tasks themselves come back refused."""
+    from autograder import cluster as cl
+
+    monkeypatch.setattr(cl, "_ask_workers", lambda client, want, sandbox: [None])
+    src = _class(tmp_path / "class", doomed=False)
+    with pytest.raises(cl.ClusterError, match="has another course installed"):
+        cl.grade_on_cluster(src, scheduler=cluster["address"], root=_other_course(tmp_path), progress=False)
+
+
+def test_a_worker_without_bubblewrap_refuses(monkeypatch):
+    from autograder import cluster as cl
+    from autograder import sandbox
+
+    monkeypatch.setattr(sandbox, "_checked", {})
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name, *a, **k: None)
+    want = cl.course_hash()
+    why = cl.worker_check(want, sandbox=True)
+    assert why and "bubblewrap (bwrap) is not installed" in why, why
+    res = cl.grade_task({"course_hash": want, "sandbox": True})
+    assert set(res) == {"refused"} and "cannot sandbox submissions" in res["refused"]
+    assert cl.worker_check(want, sandbox=False) is None  # --no-sandbox: the instructor's explicit choice
+
+
+def test_a_wrong_hash_is_refused_by_the_task():
+    from autograder import cluster as cl
+
+    res = cl.grade_task({"course_hash": "0" * 64, "sandbox": False})
+    assert set(res) == {"refused"} and "has another course installed" in res["refused"]
+
+
+def test_the_course_hash_covers_checks_notebooks_and_grader(tmp_path):
+    from autograder import cluster as cl
+
+    labels = [label for label, _ in cl._course_files(ROOT)]
+    assert "coursekit/checks/layernorm.py" in labels and "course/hidden/layernorm.py" in labels
+    assert f"exercises/{A}/{release_dict(A)[0]}" in labels and "autograder/cluster.py" in labels
+    assert not any("__pycache__" in label or label.startswith("solutions/") for label in labels)
+    other = _other_course(tmp_path)
+    assert cl.course_hash(other) != cl.course_hash(ROOT)
+    (other / "coursekit" / "checks" / "layernorm.py").write_bytes(
+        (ROOT / "coursekit" / "checks" / "layernorm.py").read_bytes())
+    assert cl.course_hash(other) == cl.course_hash(ROOT)
+
+
+def test_a_malformed_result_is_never_a_grade():
+    from autograder import cluster as cl
+    from autograder.grade import Course
+    from autograder.ingest import Entry
+
+    course = Course(ROOT)
+    e = Entry("ann", A, None)
+    good = {"outcome": dataclasses.asdict(cl._zero(e, course, "graded", "0 of 8 tests passed")), "worker": "w"}
+    assert cl.outcome_from(copy.deepcopy(good), e, course).score == 0
+
+    def broken(change):
+        res = copy.deepcopy(good)
+        change(res["outcome"])
+        with pytest.raises(cl.BadResult):
+            cl.outcome_from(res, e, course)
+
+    broken(lambda o: o["tests"][0].update(points=o["tests"][0]["max_points"]))  # points without a pass
+    broken(lambda o: o["tests"][0].update(passed=True))  # a pass without its points
+    broken(lambda o: o["tests"].pop())  # a test missing
+    broken(lambda o: o.update(score=1.0))  # a score that is not the tests' sum
+    broken(lambda o: o.update(student_id="bob"))  # another student's row
+    broken(lambda o: o.update(status="excellent"))
+    broken(lambda o: o.update(extra=1))
+    broken(lambda o: o["tests"][0].update(grade_id="something_else"))
+    broken(lambda o: o.update(timings={"run": "slow"}))
+    with pytest.raises(cl.BadResult):
+        cl.outcome_from({"outcome": good["outcome"]}, e, course)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandbox uids are only used when the grader is root")
+def test_sandbox_uids_never_clash_across_processes():
+    from autograder.sandbox import sandbox_uid
+
+    code = "from autograder.sandbox import sandbox_uid\nwith sandbox_uid() as u: print(u)"
+    with sandbox_uid() as mine:
+        theirs = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                                check=True).stdout.strip()
+        assert int(theirs) != mine
