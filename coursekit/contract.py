@@ -30,9 +30,11 @@ BENCH_DTYPE = {"cpu": torch.float32, "cuda": torch.bfloat16}
 #: module's sizes (``d``: features; ``heads``, ``d_ff``: the transformer block's)
 BENCH_SIZES = {
     "cpu": {"norm": {"input": NORM_SHAPE, "d": NORM_SHAPE[-1]},
+            "backward": {"input": (1024, 256), "d": 256},  # exercise 05: forward + backward, float32
             "residual": {"input": RES_SHAPE, "d": RES_D},
             "transformer_block": {"input": TB_SHAPE, "d": TB_SHAPE[-1], "heads": TB_H, "d_ff": TB_FF}},
     "cuda": {"norm": {"input": CUDA_NORM_SHAPE, "d": CUDA_NORM_SHAPE[-1]},
+             "backward": {"input": (16384, 4096), "d": 4096},  # exercise 05, bfloat16
              "residual": {"input": CUDA_RES_SHAPE, "d": CUDA_RES_D},
              "transformer_block": {"input": CUDA_TB_SHAPE, "d": CUDA_TB_SHAPE[-1], "heads": CUDA_TB_H,
                                    "d_ff": CUDA_TB_FF}},

@@ -32,9 +32,9 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from coursekit import bench
-from coursekit.contract import LAYERNORM_EPS, RMSNORM_EPS
+from coursekit.contract import BENCH_DTYPE, BENCH_SIZES, LAYERNORM_EPS, RMSNORM_EPS
 from coursekit.checks import CheckFailed, frozen, register
-from coursekit.checks.benchmark import LIMITS, LOOP_HINT, _plot_in_notebook, _reference
+from coursekit.checks.benchmark import LIMITS, LOOP_HINT, SHAPES, WORKLOAD, _plot_in_notebook, _reference
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
 from coursekit.checks.ops import NORM_OPS, OpRecorder
 from coursekit.checks.seeded import randn
@@ -557,14 +557,16 @@ class FusedSaved:
 # --------------------------------------------------------------------------------------------
 
 GID = "backward_benchmark"
-CUDA_SHAPE, CUDA_DTYPE = (16384, 4096), torch.bfloat16
-CPU_SHAPE, CPU_DTYPE = (1024, 256), torch.float32
+CUDA_SHAPE, CUDA_DTYPE = BENCH_SIZES["cuda"]["backward"]["input"], BENCH_DTYPE["cuda"]
+CPU_SHAPE, CPU_DTYPE = BENCH_SIZES["cpu"]["backward"]["input"], BENCH_DTYPE["cpu"]
 #: full passes over a (rows, D) tensor that forward + backward cannot avoid: forward reads x and
 #: residual and writes y and h; backward reads grad_y, grad_h and h and writes grad_x and
 #: grad_residual (weight, rstd and grad_weight are small)
 PASSES = 9
 LIMIT = 8.0  # yours / eager, fastest round against fastest round
 LIMITS[GID] = LIMIT  # one table of limits for every benchmark (coursekit.checks.benchmark)
+WORKLOAD[GID] = "backward"  # its sizes per device: coursekit.contract.BENCH_SIZES
+SHAPES[GID] = CPU_SHAPE
 LOOP_HINT[GID] = ("is there a Python loop over rows? Compute rstd, y and the backward's row means for "
                   "all rows at once with .mean(-1, keepdim=True)")
 REPEAT = 15
@@ -699,15 +701,20 @@ class BackwardBenchmark:
 SERVED_RESIDUAL_SCALE = 4.0  # a residual stream larger than the branch: the chain below contracts
 
 
-def _served_fixed():
-    _, r, w, gy, gh = fused_inputs(710, CPU_SHAPE, {}, torch.float32)
+def _served_fixed(cfg=None):
+    """The fixed residual, weight, grad_y and grad_h of the served workload, on the benchmark's
+    device and in its dtype (on CUDA drawn on the GPU, as :func:`bench_inputs` does)."""
+    if cfg is not None and cfg.kind == "cuda":
+        _, r, w, gy, gh = bench_inputs(CUDA_SHAPE, cfg.dtype, cfg.device, seed=710)
+    else:
+        _, r, w, gy, gh = fused_inputs(710, CPU_SHAPE, {}, torch.float32)
     return SERVED_RESIDUAL_SCALE * r, w, gy, gh
 
 
-def _served_call(step):
+def _served_call(step, cfg=None):
     """x -> grad_x of one forward + backward (fixed residual, weight, grad_y, grad_h): an input of
     the same shape, so the grader can chain calls (``y = m(y)``) and no call can be cached."""
-    r, w, gy, gh = _served_fixed()
+    r, w, gy, gh = _served_fixed(cfg)
 
     def m(x):
         leaves = [x.detach().clone().requires_grad_(True), r.clone().requires_grad_(True),
@@ -716,13 +723,21 @@ def _served_call(step):
     return m
 
 
+def _served_x(seed, cfg=None):
+    if cfg is not None and cfg.kind == "cuda":
+        g = torch.Generator(device=cfg.device).manual_seed(seed)
+        return torch.randn(*CUDA_SHAPE, generator=g, device=cfg.device).to(cfg.dtype)
+    return randn(seed, *CPU_SHAPE, dtype=torch.float32)
+
+
 def served_entry() -> tuple:
-    """The arguments of :class:`coursekit.checks.served.Served` for this benchmark. Its name is
+    """The arguments of :class:`coursekit.checks.served.Served` for this benchmark (each part takes
+    the benchmark's :class:`coursekit.bench.BenchConfig`, default the CPU's). Its name is
     not a name in the notebook: the harness checks that what ``build`` returns is an instance of
     the student's class when that name is a class, and here the timed callable wraps the
     student's ``FusedAddRMSNorm.apply`` (course code builds it, from the student's class)."""
     return (f"{FUSED} (forward + backward)", "05_backward",
-            lambda ns: _served_call(fused_step(fused_class(ns))),
-            lambda: _served_call(eager_step),
-            lambda seed: randn(seed, *CPU_SHAPE, dtype=torch.float32),
+            lambda ns, cfg=None: _served_call(fused_step(fused_class(ns)), cfg),
+            lambda cfg=None: _served_call(eager_step, cfg),
+            _served_x,
             "eager x + residual then F.rms_norm")
