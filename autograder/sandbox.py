@@ -185,6 +185,10 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         "--setenv", "MPLBACKEND", "Agg",
         "--setenv", "OMP_NUM_THREADS", str(limits.threads),
         "--setenv", "MKL_NUM_THREADS", str(limits.threads),
+        # torch.cuda.is_available() asks NVML instead of initializing the CUDA driver: the grading
+        # slot's zygote (autograder/zygote.py) forks a child per submission, and a process that
+        # initialized CUDA before fork() cannot use it in the child
+        "--setenv", "PYTORCH_NVML_BASED_CUDA_CHECK", "1",
         *(["--setenv", "LD_LIBRARY_PATH", ":".join(libs)] if libs else []),
         "--",
     ]
