@@ -112,8 +112,12 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     work = Path(tempfile.mkdtemp(prefix="sub-", dir=scratch)) if not sandbox else None
     try:
         if sandbox and slots is not None:  # a fresh child of a pre-imported sandbox (autograder.slots)
-            with slots.slot() as slot:
-                res = slot.run(on_start, reply_w)
+            for attempt in range(2):
+                with slots.slot() as slot:
+                    res = slot.run(on_start, reply_w)
+                if box.get("closed"):
+                    break  # it started: whatever happened next is the submission's
+                # the slot could not start a child (no student code ran): once more, on a fresh slot
         else:
             res = run_sandboxed(["python", HARNESS_IN, str(reply_w)], limits=limits, sandbox=sandbox,
                                 course_dir=course.root / "course", on_start=on_start, pass_fds=(reply_w,),

@@ -30,39 +30,45 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from autograder.sandbox import (ROOT, ZYGOTE_IN, Limits, Result, SandboxUnavailable, _ro_sources, _preexec,
                                 _Tail, _user_process_count, bwrap_argv, sandbox_uid, stage_dir)
 
 START_S = 180.0  # the zygote's imports, on a loaded machine
+ZYGOTE_CPU_S = 86400  # RLIMIT_CPU of the zygote itself; each submission's child gets Limits.cpu_s
+SLOT_PROCESSES = 8  # bwrap (2), the zygote, a child's intermediate and init: above Limits.nproc
 FORK_S = 30.0  # one fork and the child's namespaces
-
-
-class SlotBroken(RuntimeError):
-    """The slot's zygote did not answer as it should: the slot is torn down."""
 
 
 class Child:
     """What ``on_start`` gets for one submission (the same surface as the Popen of a one-off run)."""
 
-    def __init__(self, slot: "Slot", job_w: int):
-        self.slot = slot
+    def __init__(self, slot: "Slot", job_w: int, ident: int):
+        self.slot, self.id = slot, ident
         self.stdin = os.fdopen(job_w, "wb", buffering=0)
         self.exit: int | None = None
         self.gone = False
 
     def wait(self, timeout: float | None = None) -> int | None:
-        if not self.gone:
-            msg = self.slot._recv(timeout if timeout is not None else None)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.gone:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            msg = self.slot._recv(left)
             if msg is None:
                 raise subprocess.TimeoutExpired("submission", timeout)
-            self.exit, self.gone = msg.get("exit"), True
+            if msg.get("id") == self.id and "exit" in msg:
+                with self.slot._lock:
+                    self.exit, self.gone = msg.get("exit"), True
         return self.exit
 
     def kill(self) -> None:
-        if not self.gone:
-            self.slot._send({"op": "kill"})
+        """Kill this submission (and all it started); a no-op once it is gone. The kill names this
+        child, so one that arrives late never reaches the next submission of the slot."""
+        with self.slot._lock:
+            if not self.gone:
+                self.slot._send({"op": "kill", "id": self.id})
 
 
 class Slot:
@@ -72,6 +78,7 @@ class Slot:
         uid = self._uid_cm.__enter__()
         self._lock = threading.Lock()
         self.broken = False
+        self.forks = 0
         try:
             self._start(uid)
         except BaseException:
@@ -85,7 +92,7 @@ class Slot:
                      for i, (src, _) in enumerate(_ro_sources(self.course_dir.resolve(), self.gpu))]
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = bwrap_argv(self.limits, self.course_dir, staged=uid is not None, gpu=self.gpu) + [
-            "python", ZYGOTE_IN, str(theirs.fileno()), str(self.limits.tmp_mb)]
+            "python", ZYGOTE_IN, str(theirs.fileno()), str(self.limits.tmp_mb), str(self.limits.cpu_s)]
         out_r, out_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
@@ -137,19 +144,21 @@ class Slot:
         job_r, job_w = os.pipe()
         out_r, out_w = os.pipe()
         t0 = time.monotonic()
-        self._send({"op": "fork"}, (job_r, reply_w, out_w))
+        self.forks += 1
+        ident = self.forks
+        self._send({"op": "fork", "id": ident}, (job_r, reply_w, out_w))
         for fd in (job_r, out_w):
             os.close(fd)
         tail = _Tail(out_r, output_cap)
         tail.start()
         msg = None if self.broken else self._recv(FORK_S)
-        if not (isinstance(msg, dict) and msg.get("forked") is True):
+        if not (isinstance(msg, dict) and msg.get("forked") is True and msg.get("id") == ident):
             self.broken = True
             os.close(job_w)
             tail.join(1)
             return Result(None, False, time.monotonic() - t0,
                           (self.tail.text()[-2000:] + tail.text()) or "the grading sandbox did not start")
-        child = Child(self, job_w)
+        child = Child(self, job_w, ident)
         fired = []
 
         def expire():

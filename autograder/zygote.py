@@ -2,17 +2,17 @@
 once, then forks one child per submission, and each child enters a fresh sandbox of its own
 before any student code runs (the grader's side is :mod:`autograder.slots`).
 
-Started as ``python /grader/zygote.py SOCKET_FD TMP_MB`` inside the same bubblewrap sandbox as a
+Started as ``python /grader/zygote.py SOCKET_FD TMP_MB CPU_S`` inside the same bubblewrap sandbox as a
 one-off submission (:func:`autograder.sandbox.bwrap_argv`: unprivileged uid, no capability,
 read-only root, no network). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
 are JSON; the grader sends::
 
-    {"op": "fork"}  + three descriptors: the job pipe's read end, the reply pipe's write end, the
+    {"op": "fork", "id": n}  + three descriptors: the job pipe's read end, the reply pipe's write end, the
                       output pipe's write end (SCM_RIGHTS)
-    {"op": "kill"}  while a child runs: kill it (and everything it started) now
+    {"op": "kill", "id": n}  while child n runs: kill it (and everything it started) now
 
-and this process answers ``{"ready": true}`` once at start, then per fork ``{"forked": true}``
-and, when that child is gone, ``{"exit": code}``.
+and this process answers ``{"ready": true}`` once at start, then per fork ``{"forked": true,
+"id": n}`` and, when that child and everything it started are gone, ``{"exit": code, "id": n}``.
 
 Why a child is as fresh as a sandbox of its own. Between fork and the student's first line, the
 child (:func:`_enter`):
@@ -22,12 +22,13 @@ child (:func:`_enter`):
 2. mounts new, sized tmpfs on the working directory, ``/tmp`` and ``/dev/shm``: nothing an
    earlier submission wrote is there (read-only binds that lived below them, such as a checkout
    and its virtual environment in ``/tmp``, are bound again on top, still read-only);
-3. forks the process that runs the harness, pid 1 of the new pid namespace, with a new ``/proc``:
-   it cannot see (so cannot signal or trace) the zygote or any earlier submission; killing it
-   kills everything it started; it dies with its parent (``PR_SET_PDEATHSIG``);
+3. forks pid 1 of the new pid namespace, with a new ``/proc``: nothing in it can see (so signal
+   or trace) the zygote or any earlier submission; it dies with its parent
+   (``PR_SET_PDEATHSIG``), and killing it kills everything in the namespace. It stays a minimal
+   init that reaps orphans, and the harness runs as its child, pid 2;
 4. brings up its own loopback, sets the hostname, forbids further user namespaces where the
-   kernel allows it, drops every capability (bounding set, ambient, effective, permitted) and
-   sets ``no_new_privs``: mounts inherited from the slot are locked, and without
+   kernel allows it, drops every capability (bounding set, ambient, effective, permitted), sets
+   ``no_new_privs`` and the submission's own CPU-seconds limit: mounts inherited from the slot are locked, and without
    ``CAP_SYS_ADMIN`` it cannot unmount its own tmpfs or ``/proc`` either;
 5. keeps only its three pipes, then runs :func:`harness.main`.
 
@@ -37,10 +38,12 @@ name it could not trace it or read its memory.
 import ctypes
 import json
 import os
+import resource
 import select
 import signal
 import socket
 import sys
+import time
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -129,9 +132,10 @@ def _fresh_tmpfs(path: str, options: str) -> None:
         os.close(old)
 
 
-def _enter(tmp_mb: int, status_w: int, keep: tuple) -> None:
-    """Steps 1-4 of the module docstring. Returns in the process that runs the harness (pid 1 of
-    its namespace); the intermediate process waits for it and exits with its status."""
+def _enter(tmp_mb: int, cpu_s: int, status_w: int, keep: tuple) -> None:
+    """Steps 1-4 of the module docstring. Returns in the process that runs the harness (pid 2 of
+    its namespace, under a minimal init); the intermediate process waits for the init and exits
+    with its status, which it gets only once every process of the namespace is gone."""
     uid, gid = os.getuid(), os.getgid()
     libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the zygote is not; this child must write its own maps
     _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
@@ -147,8 +151,8 @@ def _enter(tmp_mb: int, status_w: int, keep: tuple) -> None:
     _fresh_tmpfs(WORK, f"{size},mode=0700")
     _fresh_tmpfs("/tmp", f"{size},mode=1777")
     _fresh_tmpfs("/dev/shm", f"{size},mode=1777")
-    pid = os.fork()
-    if pid:  # the intermediate: report the harness's pid, hold nothing, wait, pass its status on
+    pid = _fork()
+    if pid:  # the intermediate: report the init's pid, hold nothing, wait, pass its status on
         for fd in keep:
             os.close(fd)
         os.write(status_w, f"{pid}\n".encode())
@@ -169,16 +173,42 @@ def _enter(tmp_mb: int, status_w: int, keep: tuple) -> None:
     except OSError:
         pass
     _drop_capabilities()
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))  # per submission (the zygote's is longer)
     os.chdir(WORK)
+    # pid 1 stays a minimal init: it reaps orphans (as bwrap's init does in a one-off sandbox) and
+    # exits with the harness's status; the harness runs as pid 2, where signals behave as usual
+    harness_pid = _fork()
+    if harness_pid:
+        for fd in keep:
+            os.close(fd)
+        while True:
+            try:
+                done, st = os.waitpid(-1, 0)
+            except ChildProcessError:
+                os._exit(70)
+            if done == harness_pid:
+                code = os.waitstatus_to_exitcode(st)
+                os._exit(code if code >= 0 else 128 - code)  # the namespace, and all in it, go with pid 1
 
 
-def _run_child(sock, fds, tmp_mb, status_w, harness):
+def _fork(tries: int = 50) -> int:
+    """``os.fork``, retried a moment while the uid's process count is at its limit (processes of
+    a submission killed just before are still being torn down)."""
+    for i in range(tries):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            time.sleep(0.02 * (i + 1))
+    return os.fork()
+
+
+def _run_child(sock, fds, tmp_mb, cpu_s, status_w, harness):
     """In the forked child: never returns."""
     code = 70
     try:
         sock.close()
         job_r, reply_w, out_w = fds
-        _enter(tmp_mb, status_w, (job_r, reply_w, out_w))
+        _enter(tmp_mb, cpu_s, status_w, (job_r, reply_w, out_w))
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         os.close(out_w)
@@ -202,15 +232,21 @@ def _send(sock, obj):
     sock.send(json.dumps(obj).encode())
 
 
-def _one(sock, fds, tmp_mb, harness):
-    """Fork one submission's child, relay its life to the grader, return when it is gone."""
+def _one(sock, fds, req, harness):
+    """Fork one submission's child, relay its life to the grader, return when it is gone.
+
+    A kill names the fork it is for (``id``): a late kill meant for an earlier submission never
+    reaches a later one. Killing sends SIGKILL to the namespace's init only: the intermediate's
+    ``waitpid`` returns once the kernel has torn the whole namespace down, so ``exit`` is sent
+    only when nothing of the submission is left (its processes no longer count against the
+    uid's process limit for the next one)."""
     status_r, status_w = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
         os.close(status_r)
-        _run_child(sock, fds, tmp_mb, status_w, harness)
+        _run_child(sock, fds, int(req["tmp_mb"]), int(req["cpu_s"]), status_w, harness)
     os.close(status_w)
     for fd in fds:
         os.close(fd)
@@ -220,22 +256,25 @@ def _one(sock, fds, tmp_mb, harness):
         line = os.read(status_r, 64).decode().strip()
         inner = int(line) if line.isdigit() else None
     os.close(status_r)
-    _send(sock, {"forked": inner is not None})
+    _send(sock, {"forked": inner is not None, "id": req.get("id")})
+    killed_at = None
 
     def kill():
-        for p in (inner, pid):
-            if p:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        target = inner if inner else pid
+        try:
+            os.kill(target, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     if inner is None:
         kill()
+        killed_at = time.monotonic()
     while True:
         done, st = os.waitpid(pid, os.WNOHANG)
         if done:
             break
+        if killed_at is not None and time.monotonic() - killed_at > 20:  # the init would not go
+            os.kill(pid, signal.SIGKILL)
         r, _, _ = select.select([sock], [], [], 0.02)
         if r:
             msg = sock.recv(4096)
@@ -243,15 +282,20 @@ def _one(sock, fds, tmp_mb, harness):
                 kill()
                 os.waitpid(pid, 0)
                 sys.exit(0)
-            if json.loads(msg).get("op") == "kill":
+            try:
+                order = json.loads(msg)
+            except ValueError:
+                continue
+            if order.get("op") == "kill" and order.get("id") == req.get("id"):
                 kill()
+                killed_at = killed_at or time.monotonic()
     code = os.waitstatus_to_exitcode(st)
-    _send(sock, {"exit": code})
+    _send(sock, {"exit": code, "id": req.get("id")})
 
 
 def main():
     sock = socket.socket(fileno=int(sys.argv[1]))
-    tmp_mb = int(sys.argv[2])
+    tmp_mb, cpu_s = int(sys.argv[2]), int(sys.argv[3])
     import harness  # beside this file in /grader
     harness.preload()
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -265,7 +309,7 @@ def main():
             for fd in fds:
                 os.close(fd)
             continue
-        _one(sock, fds, tmp_mb, harness)
+        _one(sock, fds, {"tmp_mb": tmp_mb, "cpu_s": cpu_s, **req}, harness)
 
 
 if __name__ == "__main__":

@@ -31,9 +31,9 @@ r = {"uid": os.getuid(), "pid": os.getpid(), "capeff": field("CapEff"), "capprm"
      "capbnd": field("CapBnd"), "nonewprivs": field("NoNewPrivs")}
 pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
 r["pids"] = sorted(pids)
-cmdlines = []  # of every process but this one (a fork of the zygote: its command line says so)
-for p in pids:
-    if p == os.getpid():
+cmdlines = []  # of every process but this one and the namespace's init (forks of the zygote:
+for p in pids:  # their command lines say so)
+    if p in (1, os.getpid()):
         continue
     try:
         cmdlines.append(open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace"))
@@ -49,6 +49,13 @@ r["mount_tmpfs"] = libc.mount(b"tmpfs", b"/mnt", b"tmpfs", 0, None)
 r["remount_venv_rw"] = sh(f"mount -o remount,rw,bind {sys.prefix}")
 CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x20000
 r["new_userns"] = libc.unshare(CLONE_NEWUSER | CLONE_NEWNS)
+# the harness has threads (unshare(CLONE_NEWUSER) then fails with EINVAL anyway): try again from a
+# single-threaded child, where only the max_user_namespaces knob and the lost capabilities stop it
+pid = os.fork()
+if pid == 0:
+    rc = libc.unshare(CLONE_NEWUSER | CLONE_NEWNS)
+    os._exit(0 if rc == 0 else min(ctypes.get_errno(), 255))
+r["new_userns_single_thread_errno"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 def write(path):
     try:
         with open(path, "w") as f:
@@ -136,8 +143,8 @@ def test_child_runs_as_the_slots_unprivileged_uid(attempts):
     assert attempts["uid"] in SANDBOX_UIDS
 
 
-def test_child_is_pid_1_of_its_own_namespace_and_cannot_see_the_zygote(attempts):
-    assert attempts["pid"] == 1
+def test_child_runs_under_its_own_init_and_cannot_see_the_zygote(attempts):
+    assert attempts["pid"] == 2  # pid 1 is the namespace's minimal init
     assert attempts["sees_zygote"] is False
     assert max(attempts["pids"]) < 50  # only what the cell itself started
 
@@ -145,6 +152,7 @@ def test_child_is_pid_1_of_its_own_namespace_and_cannot_see_the_zygote(attempts)
 def test_child_cannot_unmount_or_mount_or_make_a_user_namespace(attempts):
     for key in ("umount_proc", "umount_tmp", "umount_work", "mount_tmpfs", "remount_venv_rw", "new_userns"):
         assert attempts[key] != 0, key
+    assert attempts["new_userns_single_thread_errno"] in (1, 28)  # EPERM, or ENOSPC: the knob at 0
 
 
 def test_child_cannot_write_the_graders_python_or_course(attempts):
@@ -176,7 +184,7 @@ def test_nothing_a_submission_leaves_reaches_the_next_one_of_the_same_slot(slot)
     res, tr = run_cell(slot, LOOK)
     seen = report(res)
     assert seen["/tmp"] is seen["/home/student"] is seen["/dev/shm"] is False
-    assert seen["procs"] == [1]  # the earlier child's detached `sleep` died with its namespace
+    assert seen["procs"] == [1, 2]  # the earlier child's detached `sleep` died with its namespace
     if os.geteuid() == 0:
         uid = int(Path(f"/proc/{slot.proc.pid}/status").read_text().split("Uid:")[1].split()[0])
         assert not any("sleep" in c for c in _processes_of(uid))
@@ -202,3 +210,63 @@ def test_a_dead_zygote_breaks_only_its_slot():
         assert s.broken and not tr.finished and res.returncode is None
     finally:
         s.close()
+
+
+SPAWN_AND_BREAK = r'''
+import os, time
+for _ in range(50):  # processes that hold memory, so tearing them down takes a moment
+    if os.fork() == 0:
+        b = bytearray(40 << 20)
+        time.sleep(600)
+        os._exit(0)
+for fd in range(3, 256):  # the reply pipe is one of these: garbage on it breaks the protocol
+    try:
+        os.write(fd, b"garbage!" * 4)
+    except OSError:
+        pass
+time.sleep(600)
+'''
+
+
+def test_a_killed_submissions_processes_are_gone_before_the_next_one_starts(slot):
+    """The grader kills a submission that breaks the protocol at once; its 50 processes must be
+    gone (not just signalled) before the slot reports it ended, or the next submission's fork
+    fails against the uid's process limit and that student's row is lost."""
+    reply_r, reply_w = os.pipe()
+    box = {}
+
+    def on_start(child):
+        os.close(reply_w)
+        box["tr"] = protocol.converse(child.stdin, protocol.Channel(reply_r),
+                                      [{"kind": "cell", "label": "a", "source": SPAWN_AND_BREAK}],
+                                      {"cell_s": 60}, step_s=60, measure=None)
+        child.kill()  # as grade_one does when the conversation breaks
+
+    try:
+        slot.run(on_start, reply_w)
+        if os.geteuid() == 0:  # the moment the slot says it ended: only bwrap and the zygote remain
+            uid = int(Path(f"/proc/{slot.proc.pid}/status").read_text().split("Uid:")[1].split()[0])
+            left = _processes_of(uid)
+            assert len(left) <= 3 and not any("sleep" in c for c in left), left
+    finally:
+        os.close(reply_r)
+    assert not box["tr"].finished
+    res, tr = run_cell(slot, "print('RESULT {}')")
+    assert tr.finished and report(res) == {} and not slot.broken, res.output
+
+
+def test_orphans_are_reaped_and_signals_behave_as_in_a_one_off_sandbox(slot):
+    source = r'''
+import json, os, signal, subprocess, time
+subprocess.run("for i in $(seq 70); do (sleep 0 &); done", shell=True)
+time.sleep(1)
+states = [open(f"/proc/{p}/stat").read().split(")")[1].split()[0] for p in os.listdir("/proc") if p.isdigit()]
+forked = subprocess.run(["true"]).returncode
+got = []
+signal.signal(signal.SIGTERM, lambda *a: got.append(1))
+os.kill(os.getpid(), signal.SIGTERM)
+print("RESULT " + json.dumps({"zombies": states.count("Z"), "fork": forked, "sigterm": got}))
+'''
+    res, tr = run_cell(slot, source)
+    seen = report(res)
+    assert seen == {"zombies": 0, "fork": 0, "sigterm": [1]}, res.output
