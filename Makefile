@@ -60,7 +60,7 @@ grade: venv system
 	$(PY) -m autograder grade --out _build/grades
 
 bench-grade: venv system
-	$(PY) -m tools.bench_stock
+	$(PY) -m tools.bench_stock --one-off
 
 clean:
 	rm -rf _build .jupyter_cache
