@@ -44,16 +44,26 @@ def _put(dest: Path, student: str, assignment: str, content) -> None:
     (d / name).write_bytes(content if isinstance(content, bytes) else json.dumps(content).encode())
 
 
+def _lingering(nb: dict, seconds: int = 15) -> dict:
+    """``nb`` with a last cell of the student's own that sleeps: a correct notebook that is still
+    running when the killer looks (a graded notebook otherwise ends in about a second, before a
+    kill could land)."""
+    nb = copy.deepcopy(nb)
+    nb["cells"].append({"cell_type": "code", "id": "linger", "metadata": {}, "execution_count": None,
+                        "outputs": [], "source": f"import time\ntime.sleep({seconds})\n"})
+    return nb
+
+
 def _class(dest: Path, doomed: bool) -> Path:
     _, release = release_dict(A)
     cheat = read_code_fixture(FIXTURES / "hostile" / "patch_checks.py")
-    _put(dest, "ann", A, solved_dict(A))
+    _put(dest, "ann", A, _lingering(solved_dict(A)))
     _put(dest, "bob", A, release)
     _put(dest, "bob", B, release_dict(B)[1])
     _put(dest, "cat", A, with_code(copy.deepcopy(release), cheat["code"]))
     _put(dest, "dan", A, b'{"cells": [ this is not json')
     if doomed:
-        _put(dest, "zed", A, solved_dict(A))
+        _put(dest, "zed", A, _lingering(solved_dict(A)))
     return dest
 
 
