@@ -99,7 +99,11 @@ class Slot:
                 argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd="/",
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, close_fds=True,
                 pass_fds=(theirs.fileno(),),
-                preexec_fn=_preexec(self.limits, _user_process_count(uid if uid is not None else os.getuid()),
+                # the zygote lives for many submissions: its own CPU limit is a day's, each child
+                # sets the submission's; bwrap, the zygote and a child's intermediate and init are
+                # not the submission's to count against its process limit
+                preexec_fn=_preexec(replace(self.limits, cpu_s=ZYGOTE_CPU_S),
+                                    _user_process_count(uid if uid is not None else os.getuid()) + SLOT_PROCESSES,
                                     uid, stage, self.gpu))
         finally:
             os.close(out_w)

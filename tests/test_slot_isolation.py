@@ -27,7 +27,8 @@ import course
 libc = ctypes.CDLL(None, use_errno=True)
 status = open("/proc/self/status").read()
 field = lambda k: status.split(k + ":")[1].split()[0]
-r = {"uid": os.getuid(), "pid": os.getpid(), "capeff": field("CapEff"), "capprm": field("CapPrm"),
+import resource
+r = {"uid": os.getuid(), "pid": os.getpid(), "cpu_limit": resource.getrlimit(resource.RLIMIT_CPU)[1], "capeff": field("CapEff"), "capprm": field("CapPrm"),
      "capbnd": field("CapBnd"), "nonewprivs": field("NoNewPrivs")}
 pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
 r["pids"] = sorted(pids)
@@ -141,6 +142,37 @@ def test_child_has_no_capability_and_no_new_privileges(attempts):
 @pytest.mark.skipif(os.geteuid() != 0, reason="the uid switch happens when the grader runs as root")
 def test_child_runs_as_the_slots_unprivileged_uid(attempts):
     assert attempts["uid"] in SANDBOX_UIDS
+
+
+def test_each_child_has_the_submissions_cpu_limit_and_the_zygote_a_longer_one(slot, attempts):
+    """RLIMIT_CPU counts a process's whole life: the zygote, alive for a whole class, must not run
+    into a submission's limit; each child sets the submission's own."""
+    from autograder.slots import ZYGOTE_CPU_S
+    assert attempts["cpu_limit"] == slot.limits.cpu_s
+    zygotes = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and "zygote.py" in _cmdline(p)
+                     and _cmdline(p).endswith(f" {slot.limits.tmp_mb} {slot.limits.cpu_s}")
+                     and _is_descendant(int(p), slot.proc.pid))
+    assert zygotes
+    limits = Path(f"/proc/{zygotes[0]}/limits").read_text()  # the oldest: the zygote, not a child
+    assert f"Max cpu time              {ZYGOTE_CPU_S}" in limits, limits
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _is_descendant(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
 
 
 def test_child_runs_under_its_own_init_and_cannot_see_the_zygote(attempts):
