@@ -220,6 +220,13 @@ def stage_dir(course_dir: Path, gpu: bool = False) -> Path:
     return d
 
 
+def staged_sources(course_dir: Path, gpu: bool = False) -> list[tuple[str, str]]:
+    """(host path, its mount point under :func:`stage_dir`) of every read-only source: what the
+    child that becomes bwrap binds before it drops to the sandbox's uid (:func:`_preexec`)."""
+    d = stage_dir(course_dir, gpu)
+    return [(src, str(d / str(i))) for i, (src, _) in enumerate(_ro_sources(Path(course_dir).resolve(), gpu))]
+
+
 def _unused(uid: int) -> bool:
     import pwd
     try:
@@ -367,8 +374,7 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
         if sandbox:
             argv = bwrap_argv(limits, course_dir, staged=uid is not None, gpu=gpu) + cmd
             if uid is not None:
-                stage = [(src, str(stage_dir(course_dir, gpu) / str(i)))
-                         for i, (src, _) in enumerate(_ro_sources(Path(course_dir).resolve(), gpu))]
+                stage = staged_sources(course_dir, gpu)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
             cwd = "/"
         else:  # --no-sandbox: the instructor asked for it explicitly; only the rlimits remain

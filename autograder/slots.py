@@ -33,8 +33,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from autograder.sandbox import (ROOT, ZYGOTE_IN, Limits, Result, SandboxUnavailable, _ro_sources, _preexec,
-                                _Tail, _user_process_count, bwrap_argv, sandbox_uid, stage_dir)
+from autograder.sandbox import (ROOT, ZYGOTE_IN, Limits, Result, SandboxUnavailable, _preexec,
+                                _Tail, _user_process_count, bwrap_argv, sandbox_uid, staged_sources)
 
 START_S = 180.0  # the zygote's imports, on a loaded machine
 ZYGOTE_CPU_S = 86400  # RLIMIT_CPU of the zygote itself; each submission's child gets Limits.cpu_s
@@ -86,10 +86,7 @@ class Slot:
             raise
 
     def _start(self, uid):
-        stage = []
-        if uid is not None:
-            stage = [(src, str(stage_dir(self.course_dir, self.gpu) / str(i)))
-                     for i, (src, _) in enumerate(_ro_sources(self.course_dir.resolve(), self.gpu))]
+        stage = staged_sources(self.course_dir, self.gpu) if uid is not None else []
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = bwrap_argv(self.limits, self.course_dir, staged=uid is not None, gpu=self.gpu) + [
             "python", ZYGOTE_IN, str(theirs.fileno()), str(self.limits.tmp_mb), str(self.limits.cpu_s)]
