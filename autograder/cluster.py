@@ -222,6 +222,8 @@ def outcome_from(res, entry: Entry, course: Course) -> Outcome:
             raise BadResult(f"{k} is a {type(d[k]).__name__}")
     if not (isinstance(d["notes"], list) and all(isinstance(n, str) for n in d["notes"])):
         raise BadResult("notes is not a list of str")
+    if not (isinstance(d["review"], list) and all(isinstance(r, str) for r in d["review"])):
+        raise BadResult("review is not a list of str")
     if not (isinstance(d["cell_errors"], list) and all(isinstance(c, dict) for c in d["cell_errors"])):
         raise BadResult("cell_errors is not a list of dicts")
     timings = d["timings"]

@@ -184,6 +184,8 @@ def report_html(outcomes) -> str:
     return _render("report.html.j2", n_students=len(students), n_assignments=len(by_a), n_rows=len(outcomes),
                    assignments=assignments, glance=glance, score_png=score_png, pass_rate_png=pass_rate_png,
                    mistakes=mistakes, benchmark_png=benchmark_png, students=rows,
+                   needs_review=[{"student_id": o.student_id, "assignment": o.assignment, "href": feedback_href(o),
+                                  "reasons": list(o.review or [])} for o in outcomes if getattr(o, "review", None)],
                    unknown=[o for o in outcomes if not o.notebook])
 
 

@@ -7,7 +7,9 @@ Per submission (one thread each, ``--jobs`` at a time, each driving one sandboxe
    (:mod:`autograder.protocol`): it runs each cell and sends back one probe record per test;
 3. judge every test of the release here, in the trusted process: a record that is missing,
    malformed or fails its judge scores 0; a pass scores the cell's points. For checks that forbid
-   torch's built-in normalizations, the student's source is also scanned (:func:`plan.scan_forbidden`).
+   torch's built-in normalizations, the built-ins that graded code names also cost
+   (:func:`autograder.scan.costs`); code that reaches around the course is flagged for a person to
+   review (:func:`autograder.scan.review`), which costs no point.
 
 The score never depends on anything the submission's process claims about itself.
 """
@@ -25,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from autograder import plan as planmod
+from autograder import scan
 from autograder import protocol
 from autograder.ingest import Catalog, Entry, discover
 from autograder.judge import judge_records
@@ -34,6 +37,7 @@ from autograder.sandbox import HARNESS_IN, Limits, run_sandboxed
 from autograder.slots import Child, SlotPool
 
 ROOT = Path(__file__).resolve().parent.parent
+MAX_REVIEW = 20  # review reasons kept per submission (each names its cell and line)
 __all__ = ["Course", "Outcome", "TestResult", "grade_class", "grade_one"]
 
 
@@ -84,6 +88,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
         return zero("unreadable", f"the file could not be read: {e.strerror}")
     plan = planmod.make_plan(course.release(entry.assignment), cells)
     o.notes.extend(plan.notes)
+    o.review = scan.review(plan.slice)[:MAX_REVIEW]
 
     block = sorted(set().union(*[c.forbidden_ops for c in map(_check, [t.grade_id for t in tests]) if c]))
     from coursekit.checks.served import SERVED

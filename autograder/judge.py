@@ -1,5 +1,6 @@
-"""Judge a submission's records in the grader's own process (trusted side): the static scan of the
-student's code, each check's judge, and the benchmark's verdict on the grader's own timings."""
+"""Judge a submission's records in the grader's own process (trusted side): each check's judge, the
+built-ins graded code names (:func:`autograder.scan.costs`), and the benchmark's verdict on the
+grader's own timings."""
 from __future__ import annotations
 
 import contextlib
@@ -7,6 +8,7 @@ import io
 import threading
 
 from autograder import plan as planmod
+from autograder import scan
 from autograder.outcome import TestResult, check_for as _check
 
 _JUDGE_LOCK = threading.Lock()  # judges print (the benchmark's table): one at a time, output captured
@@ -29,7 +31,7 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
     """The verdict on each test, from ``records`` (test index -> record, or a message saying why
     there is none), in the trusted process.
 
-    ``plan``: the student's answer and added cells, for the static scan (:func:`plan.scan_forbidden`).
+    ``plan``: its graded slice says which built-ins graded code names (:func:`scan.costs`).
     ``served``: the benchmarks timed from here (:mod:`autograder.outside`), by test index. A
     benchmark passes only on those measurements; its record from the sandbox can only fail it
     (the student's module could not be built).
@@ -37,20 +39,12 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
     served = served or {}
     from coursekit.checks import CheckFailed, verdict
 
-    machinery = planmod.scan_machinery(plan.answer_code + plan.added_code)
-    results = []
+    results, costs = [], {}
     for t in tests:
         check = _check(t.grade_id)
         doc = check.doc if check else t.grade_id
         record = records.get(t.index)
         passed, msg, detail = False, "", {}
-        if machinery and check is not None:  # the probes ran beside code that can reach them
-            also = planmod.scan_forbidden(plan.answer_code, plan.added_code, check.forbidden_ops) \
-                if check.forbidden_ops else []
-            record = (f"your code reaches into the course's grading machinery ({', '.join(machinery[:6])}), "
-                      "so no result from your notebook can be trusted and no test scores. Nothing in the "
-                      "exercise needs it: remove it, or ask your instructor to look at your notebook"
-                      + (f". It also uses {', '.join(also)}" if also else ""))
         bench = check is not None and check.kind == "benchmark"
         if check is None:
             msg = f"the grader has no check {t.grade_id!r} (instructor: is the course package complete?)"
@@ -60,13 +54,16 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
             msg = record
         else:
             try:
-                if check.forbidden_ops:
-                    seen = planmod.scan_forbidden(plan.answer_code, plan.added_code, check.forbidden_ops)
-                    if seen:
-                        raise CheckFailed(
-                            f"your code uses {', '.join(seen)}. This exercise asks you to compute the "
-                            "normalization yourself from the formula, so implementation checks give no "
-                            "points for torch's built-in (or for code that looks names up dynamically).")
+                names = scan.forbidden_names(check)
+                if names not in costs:
+                    costs[names] = scan.costs(plan.slice, names) if plan.slice is not None else []
+                seen = costs[names]
+                if seen:
+                    what = ("the normalization yourself from the formula" if check.forbidden_ops else
+                            "the block yourself from its parts")
+                    raise CheckFailed(
+                        f"your graded code uses {', '.join(seen[:6])}. This exercise asks you to compute "
+                        f"{what}, so implementation checks give no points for torch's built-in.")
                 if bench and record.get("ok"):
                     m = served.get(t.index)
                     if not isinstance(m, dict):

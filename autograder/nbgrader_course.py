@@ -323,6 +323,16 @@ def build_notebook(release_path: Path, student_path: Path | None, outcome, gb_in
 # Writing into the course
 # ------------------------------------------------------------------------------------------------
 
+def review_comment(o) -> str | None:
+    """The grader's review flags as a gradebook comment (the formgrader shows it on the first answer
+    cell), or None when nothing was flagged."""
+    reasons = list(getattr(o, "review", None) or [])
+    if not reasons:
+        return None
+    return ("Flagged by the course grader for a person to review (no point was taken for it): "
+            + "; ".join(reasons))
+
+
 def _timestamp(folder: Path, warn: list):
     """The submission's timestamp (naive UTC, as nbgrader stores it), or None."""
     from nbgrader.utils import parse_utc
@@ -465,6 +475,7 @@ def write(outcomes, course: NbCourse, root: Path, submissions: Path | None = Non
             scores = {t.grade_id: float(t.points) for t in o.tests}
             answers = {c.metadata.nbgrader["grade_id"]: c for c in nb.cells
                        if c.metadata.get("nbgrader", {}).get("solution")}
+            order = {name: i for i, name in enumerate(answers)}
             for snb in sub.notebooks:
                 handed_in = snb.name == stem and path is not None and o.status != "missing"
                 for g in snb.grades:
@@ -476,10 +487,14 @@ def write(outcomes, course: NbCourse, root: Path, submissions: Path | None = Non
                     else:
                         g.auto_score = 0.0 if not handed_in else None
                     g.needs_manual_grade = g.manual_score is not None or g.auto_score is None
-                for cm in snb.comments:
+                flagged = review_comment(o) if snb.name == stem else None
+                for cm in sorted(snb.comments, key=lambda cm: order.get(cm.name, len(order))):
                     c = answers.get(cm.name) if snb.name == stem else None
                     unchanged = (c is None or compute_checksum(c) == c.metadata.nbgrader.get("checksum"))
                     cm.auto_comment = "No response." if unchanged else None
+                    if flagged and c is not None:  # the flag, on the first answer cell the formgrader shows
+                        cm.auto_comment = flagged if cm.auto_comment is None else f"{cm.auto_comment} {flagged}"
+                        flagged = None
                 snb.late_submission_penalty = None
             gb.db.commit()
             if sub.total_seconds_late > 0:

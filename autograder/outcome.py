@@ -47,3 +47,6 @@ class Outcome:
     wall_s: float = 0.0
     timings: dict = field(default_factory=dict)  # seconds by phase (autograder.protocol.Transcript)
     output_tail: str = ""
+    #: reasons for a person to look at this submission (autograder.scan.review), each with its cell
+    #: and line; a flag costs no point
+    review: list = field(default_factory=list)

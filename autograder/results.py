@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 CSV_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "message", "student_name",
-               "notebook", "tests_passed", "tests_total"]
+               "notebook", "tests_passed", "tests_total", "review"]
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 NOT_SUBMITTED = "not submitted"  # the message of the rows autograder.grade._fill_class adds
 
@@ -50,7 +50,7 @@ def write_csv(outcomes, path: Path) -> None:
     for o in outcomes:
         w.writerow([text_cell(o.student_id), text_cell(o.assignment), f"{o.score:g}", f"{o.max_score:g}",
                     text_cell(o.status), text_cell(o.message), text_cell(o.student_name), text_cell(o.notebook),
-                    sum(bool(t.passed) for t in o.tests), len(o.tests)])
+                    sum(bool(t.passed) for t in o.tests), len(o.tests), text_cell("; ".join(o.review or []))])
     _write_atomic(path, buf.getvalue())
 
 

@@ -1,0 +1,383 @@
+"""The graded slice of a submission: which of the student's code runs when grading, and which of it
+is *graded code*.
+
+A submission is the release's locked cells (trusted, run as released), the student's answer cells
+and the cells the student added (scratch cells). When grading:
+
+* every **locked cell** runs, as released;
+* every **answer cell** runs, whole;
+* of an **added cell**, only the top-level statements that graded code needs run: a statement runs
+  when it binds a name that is *needed* (``def``, ``class``, ``import``, an assignment, a ``for``
+  or ``with`` target), when it writes into a needed object of the student's (``LayerNorm.eps =
+  1e-5``, ``cache["k"] = v``, ``cache.update(...)``, ``setattr(LayerNorm, ...)``), or when it calls
+  a function of the student's with a needed object that the function can write into. A compound
+  statement (``if``, ``for``, ``try``...) runs whole or not at all. Everything else in an added
+  cell (prints, asserts, comparisons with torch, plots, timing, test functions that nothing graded
+  calls, magics, shell escapes) does not run.
+
+A name is *needed* when it is one of the contract's names (``shared/CONTRACT.md``: ``LayerNorm``,
+``FusedAddRMSNorm``...), or when code that is needed reads it (a function's free global names,
+its decorators and default values, a class's bases, the right-hand side of a needed assignment),
+transitively. **Graded code** is every statement, in answer cells and added cells, that binds or
+writes a needed name (with the whole body of a needed ``def`` or ``class``): the code the probes
+reach. Answer-cell statements that are not graded code still run (an answer cell runs whole), but
+what they mention costs nothing (see :mod:`autograder.scan`).
+
+Cells are read as IPython reads them (``TransformerManager().transform_cell``: magics and shell
+escapes become ``get_ipython()`` calls); the Python inside ``%%time`` and ``%%capture`` cells is
+sliced like a cell of its own. An added cell that cannot be read as Python does not run at all; an
+answer cell that cannot be read still runs (IPython says what is wrong) and is flagged for review.
+The added cells' code that runs is their transformed text with the dropped statements blanked out,
+so line numbers in error messages stay those of the student's cell.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass, field
+
+#: the student's code names the graded checks look up (fallback when coursekit.checks is unavailable)
+CONTRACT_NAMES = ("LayerNorm", "RMSNorm", "apply_residual_connection", "ResidualBlock", "TransformerBlock",
+                  "TransformerStack", "rmsnorm_backward", "layernorm_backward", "FusedAddRMSNorm")
+#: cell magics whose body is Python that runs in the notebook's namespace: sliced like a cell
+INLINE_CELL_MAGICS = frozenset({"time", "capture"})
+#: methods through which a function can write into an object it is given
+WRITER_METHODS = frozenset({"update", "setdefault", "__setitem__", "__setattr__", "append", "extend", "insert",
+                            "add", "pop", "clear", "register_buffer", "register_parameter", "add_module",
+                            "register_module", "register_forward_hook", "register_forward_pre_hook"})
+
+
+@functools.lru_cache(maxsize=1)
+def contract_names() -> frozenset:
+    """The contract's names: those the checks need, and the fixed list as a fallback."""
+    try:
+        from coursekit.checks import load_all
+        names = {n for c in load_all().values() for n in c.needs}
+    except Exception:  # noqa: BLE001 -- the slice must not depend on the checks importing
+        names = set()
+    return frozenset(names | set(CONTRACT_NAMES))
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading cells
+# ------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _transformer():
+    from IPython.core.inputtransformer2 import TransformerManager
+    return TransformerManager()
+
+
+def transform(src: str) -> str:
+    """A cell's text as IPython runs it (magics become ``get_ipython()`` calls)."""
+    return _transformer().transform_cell(src)
+
+
+def parse(src: str) -> ast.Module:
+    """A cell as IPython reads it; raises SyntaxError (or what IPython raises) when it cannot."""
+    return ast.parse(transform(src))
+
+
+def is_get_ipython(node) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "get_ipython"
+
+
+def cell_magic(stmt) -> tuple[str, str] | None:
+    """(magic name, body) of ``get_ipython().run_cell_magic(name, line, body)``, else None."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        fn, args = stmt.value.func, stmt.value.args
+        if isinstance(fn, ast.Attribute) and fn.attr == "run_cell_magic" and is_get_ipython(fn.value) \
+                and len(args) == 3 and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args):
+            return args[0].value, args[2].value
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Scopes: which names a statement binds and reads
+# ------------------------------------------------------------------------------------------------
+
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+          ast.DictComp, ast.GeneratorExp)
+
+
+def _outer_parts(scope) -> list:
+    """What a scope node evaluates in the scope around it: decorators, defaults, bases,
+    annotations, a comprehension's first iterable."""
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        a = scope.args
+        parts = list(a.defaults) + [d for d in a.kw_defaults if d is not None]
+        if not isinstance(scope, ast.Lambda):
+            parts += list(scope.decorator_list) + ([scope.returns] if scope.returns else [])
+            parts += [x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
+                      if x is not None and x.annotation is not None]
+        return parts
+    if isinstance(scope, ast.ClassDef):
+        return list(scope.decorator_list) + list(scope.bases) + [k.value for k in scope.keywords]
+    return [scope.generators[0].iter]
+
+
+def _inner_parts(scope) -> list:
+    """What a scope node evaluates in its own scope."""
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return list(scope.body)
+    if isinstance(scope, ast.Lambda):
+        return [scope.body]
+    gens = scope.generators
+    parts = [g.target for g in gens] + [g.iter for g in gens[1:]] + [c for g in gens for c in g.ifs]
+    return parts + ([scope.key, scope.value] if isinstance(scope, ast.DictComp) else [scope.elt])
+
+
+def direct(parts):
+    """The nodes of ``parts`` outside nested scopes, and the nested scope nodes themselves."""
+    todo, nodes, scopes = list(parts), [], []
+    while todo:
+        n = todo.pop()
+        if isinstance(n, SCOPES):
+            scopes.append(n)
+            todo.extend(_outer_parts(n))
+            continue
+        nodes.append(n)
+        todo.extend(ast.iter_child_nodes(n))
+    return nodes, scopes
+
+
+def free_globals(stmts) -> set[str]:
+    """Module-level names that ``stmts`` read: loads at module level, and loads inside functions
+    and classes of names they do not bind themselves."""
+    out: set[str] = set()
+
+    def local_names(sc) -> set[str]:
+        inner, nested = direct(_inner_parts(sc))
+        declared = {g for n in inner if isinstance(n, ast.Global) for g in n.names}
+        local = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+        local |= {a.asname or a.name.split(".")[0] for n in inner if isinstance(n, (ast.Import, ast.ImportFrom))
+                  for a in n.names}
+        local |= {n.name for n in inner if isinstance(n, ast.ExceptHandler) and n.name}
+        local |= {n.name for n in nested if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        if hasattr(sc, "args"):
+            a = sc.args
+            local |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None}
+        return local - declared
+
+    def visit(parts, visible: frozenset):
+        nodes, scopes = direct(parts)
+        for n in nodes:
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in visible:
+                out.add(n.id)
+        for sc in scopes:
+            local = local_names(sc)
+            if isinstance(sc, ast.ClassDef):  # a class body's names are not visible in its methods
+                body_nodes, body_scopes = direct(_inner_parts(sc))
+                for n in body_nodes:
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in visible | local:
+                        out.add(n.id)
+                for inner in body_scopes:
+                    visit([inner], visible)
+            else:
+                visit(_inner_parts(sc), visible | local)
+
+    visit(list(stmts), frozenset())
+    return out
+
+
+def binds(stmt) -> set[str]:
+    """The module-level names a top-level statement binds."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    nodes, scopes = direct([stmt])
+    out = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    out |= {a.asname or a.name.split(".")[0] for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names if a.name != "*"}
+    out |= {n.name for n in nodes if isinstance(n, ast.ExceptHandler) and n.name}
+    out |= {n.name for n in nodes if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name}
+    out |= {n.name for n in scopes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return out
+
+
+def root_name(node) -> str | None:
+    """The name at the root of ``a.b[c].d``, or None (a call, a literal...)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _writes(stmt, functions: dict) -> tuple[set[str], set[str]]:
+    """(names whose object a top-level statement writes into, names it hands to a function of the
+    student's that can write into its arguments)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return set(), set()
+    nodes, _ = direct([stmt])
+    into, handed = set(), set()
+    for n in nodes:
+        if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            into.add(root_name(n.value))
+        elif isinstance(n, ast.Call):
+            fn = n.func
+            if isinstance(fn, ast.Attribute) and fn.attr in WRITER_METHODS:
+                into.add(root_name(fn.value))
+            elif isinstance(fn, ast.Name) and fn.id in ("setattr", "delattr") and n.args:
+                into.add(root_name(n.args[0]))
+            elif isinstance(fn, ast.Name) and fn.id in functions and functions[fn.id]:
+                handed |= {root_name(a) for a in list(n.args) + [k.value for k in n.keywords]}
+    return into - {None}, handed - {None}
+
+
+def _writes_into_arguments(fn) -> bool:
+    """Whether a def can write into an object it is given (a store, a writer method or setattr on
+    one of its parameters)."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return isinstance(fn, ast.ClassDef)  # a class's __init__ may keep and change what it gets
+    a = fn.args
+    params = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None}
+    for n in ast.walk(fn):
+        if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)) \
+                and root_name(n.value) in params:
+            return True
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Attribute) and f.attr in WRITER_METHODS and root_name(f.value) in params:
+                return True
+            if isinstance(f, ast.Name) and f.id in ("setattr", "delattr") and n.args and root_name(n.args[0]) in params:
+                return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------------
+# The slice
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cell:
+    kind: str  # "locked" | "answer" | "added"
+    label: str  # "setup", "answer cell layernorm_impl", "cell you added 2"
+    source: str
+
+
+@dataclass
+class Statement:
+    cell: int  # index into GradedSlice.cells
+    node: ast.stmt
+    graded: bool = False  # binds or writes a needed name (the probes reach it)
+    runs: bool = False
+
+
+@dataclass
+class GradedSlice:
+    cells: list[Cell]
+    statements: list[Statement] = field(default_factory=list)
+    needed: frozenset = frozenset()
+    unreadable: dict = field(default_factory=dict)  # cell index -> why it cannot be read
+    runs: list = field(default_factory=list)  # cell index -> the source that runs ("" for nothing)
+
+    def where(self, st_or_cell, node=None) -> str:
+        """``answer cell layernorm_impl, line 12`` for a node of a statement."""
+        k = st_or_cell.cell if isinstance(st_or_cell, Statement) else st_or_cell
+        line = getattr(node if node is not None else getattr(st_or_cell, "node", None), "lineno", None)
+        return f"{self.cells[k].label}, line {line}" if line else self.cells[k].label
+
+    def graded_code(self) -> list[Statement]:
+        return [s for s in self.statements if s.graded]
+
+    def running_code(self) -> list[Statement]:
+        return [s for s in self.statements if s.runs and self.cells[s.cell].kind != "locked"]
+
+
+def _statements(tree: ast.Module) -> list[ast.stmt]:
+    """A cell's top-level statements, the bodies of ``%%time``/``%%capture`` in place of the magic."""
+    out = []
+    for stmt in tree.body:
+        magic = cell_magic(stmt)
+        if magic and magic[0] in INLINE_CELL_MAGICS:
+            try:
+                inner = parse(magic[1])
+            except Exception:  # noqa: BLE001 -- the body is not Python: the magic is dropped
+                continue
+            for s in _statements(inner):
+                setattr(s, "_inline_of", stmt)
+                out.append(s)
+            continue
+        out.append(stmt)
+    return out
+
+
+def slice_cells(cells: list[Cell], contract: frozenset | None = None) -> GradedSlice:
+    """Which statements of ``cells`` are graded code and which run (see the module's docstring)."""
+    sl = GradedSlice(list(cells))
+    trees: dict[int, ast.Module] = {}
+    for k, c in enumerate(sl.cells):
+        try:
+            trees[k] = parse(c.source)
+        except Exception as e:  # noqa: BLE001 -- SyntaxError, or IPython's own errors on odd input
+            line = f" at line {e.lineno}" if getattr(e, "lineno", None) else ""
+            sl.unreadable[k] = f"{type(e).__name__}: {getattr(e, 'msg', None) or e}{line}"
+            continue
+        sl.statements += [Statement(k, s) for s in _statements(trees[k])]
+
+    student = [s for s in sl.statements if sl.cells[s.cell].kind != "locked"]
+    imported = {n for s in sl.statements if isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in binds(s.node)}
+    own = {n for s in student if not isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in binds(s.node)}
+    modules = imported - own  # names only ever bound by imports: torch, nn, F, math...
+    functions = {}
+    for s in student:
+        if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            functions[s.node.name] = functions.get(s.node.name, False) or _writes_into_arguments(s.node)
+
+    needed = set(contract if contract is not None else contract_names())
+    effects = {id(s): (binds(s.node), *_writes(s.node, functions)) for s in student}
+    changed = True
+    while changed:
+        changed = False
+        for s in student:
+            if s.graded:
+                continue
+            bound, into, handed = effects[id(s)]
+            if bound & needed or (into | handed) & (needed - modules):
+                s.graded = changed = True
+                needed |= free_globals([s.node])
+    sl.needed = frozenset(needed)
+    for s in sl.statements:
+        s.runs = sl.cells[s.cell].kind in ("locked", "answer") or s.graded
+    sl.runs = [_source_that_runs(sl, k, trees.get(k)) for k in range(len(sl.cells))]
+    return sl
+
+
+def _span(stmt) -> tuple[int, int]:
+    outer = getattr(stmt, "_inline_of", None)
+    if outer is not None:
+        return outer.lineno, outer.end_lineno
+    first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+    return first, stmt.end_lineno
+
+
+def _source_that_runs(sl: GradedSlice, k: int, tree) -> str:
+    cell = sl.cells[k]
+    if cell.kind != "added":
+        return cell.source
+    if tree is None:
+        return ""
+    mine = [s for s in sl.statements if s.cell == k]
+    if not any(s.runs for s in mine):
+        return ""
+    if all(s.runs for s in mine) and not any(hasattr(s.node, "_inline_of") for s in mine):
+        return cell.source
+    lines = transform(cell.source).splitlines()
+    out = [""] * len(lines)
+    groups: list[list[Statement]] = []  # statements whose lines overlap (a; b) or share a magic
+    for s in sorted(mine, key=lambda s: _span(s.node)):
+        a, _ = _span(s.node)
+        if groups and a <= _span(groups[-1][-1].node)[1]:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    for g in groups:
+        a, b = _span(g[0].node)[0], max(_span(s.node)[1] for s in g)
+        kept = [s for s in g if s.runs]
+        if not kept:
+            continue
+        if len(kept) == len(g) and not any(hasattr(s.node, "_inline_of") for s in g):
+            out[a - 1:b] = lines[a - 1:b]
+        else:  # part of a line, or the inside of a %%time cell: the kept statements, unparsed
+            texts = [ast.unparse(s.node) for s in kept]
+            out[a - 1] = "; ".join(texts) if not any("\n" in t for t in texts) else "\n".join(texts)
+            out[a:b] = [""] * (b - a)
+    return "\n".join(out) + "\n"
