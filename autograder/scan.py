@@ -11,9 +11,9 @@ sandbox: the only two things a static reading decides.
   whole, and the slice of the added cells). It costs no point: each reason, with its cell and line,
   goes to a person (the ``review`` column of grades.csv, results.json, the class report, a comment in
   nbgrader's gradebook). What is flagged: imports of modules that reach other objects, files,
-  processes or threads (``gc``, ``sys``, ``inspect``, ``importlib``, ``ctypes``, ``os``,
+  processes or threads (``gc``, ``inspect``, ``importlib``, ``ctypes``, ``os``,
   ``threading``, ``subprocess``...) and of the course's grading machinery; attributes that reach
-  around names (``__globals__``, ``__dict__`` of another object, ``__subclasses__``, frames...);
+  around names (``__globals__``, ``__dict__`` of another object, ``__subclasses__``, frames, ``sys.modules``...);
   torch's internals (``torch._C``, ``torch.ops``, ``torch.library``, ``_execution_engine``,
   ``DisableTorchFunction``, dispatch and function modes); builtins that run or look up code or files
   (``exec``, ``eval``, ``compile``, ``__import__``, ``open``, ``globals``, ``vars`` of another object,
@@ -40,7 +40,7 @@ TORCH_INTERNALS = frozenset({"_refs", "_decomp", "_prims"})
 #: modules whose import in code that runs goes to review: they reach other objects, code, files,
 #: processes or threads
 REVIEW_MODULES = frozenset({
-    "gc", "sys", "inspect", "importlib", "ctypes", "_ctypes", "cffi", "os", "posix", "pathlib", "io", "shutil",
+    "gc", "inspect", "importlib", "ctypes", "_ctypes", "cffi", "os", "posix", "pathlib", "io", "shutil",
     "tempfile", "glob", "fcntl", "mmap", "resource", "signal", "faulthandler", "atexit", "threading", "_thread",
     "multiprocessing", "concurrent", "subprocess", "pty", "socket", "asyncio", "selectors", "pickle", "dill",
     "cloudpickle", "marshal", "shelve", "builtins", "__builtin__", "types", "code", "codeop", "runpy",
@@ -67,9 +67,14 @@ REVIEW_ATTRS = {
     "library": "torch.library (registering kernels)", "_dispatch": "torch's dispatcher",
     "saved_tensors_hooks": "autograd's saved-tensor hooks", "disable_saved_tensors_hooks": "autograd's saved-tensor hooks",
     "_modules": "another object's submodules", "multiprocessing": "processes",
+    "modules": "every imported module (sys.modules)", "meta_path": "the import system",
+    "path_hooks": "the import system", "settrace": "tracing other code", "setprofile": "tracing other code",
+    "addaudithook": "audit hooks",
 }
 #: attributes of torch that only count under torch (``torch.ops``, ``torch.library``)
 TORCH_ONLY_ATTRS = frozenset({"library", "overrides", "_modules", "multiprocessing"})
+#: attributes of sys that only count under sys (``sys.modules``; a model's ``.modules()`` is fine)
+SYS_ONLY_ATTRS = frozenset({"modules", "meta_path", "path_hooks", "settrace", "setprofile", "addaudithook"})
 #: builtins that run or look up code, files or namespaces
 REVIEW_BUILTINS = {"exec": "runs a string as code", "eval": "runs a string as code",
                    "compile": "compiles a string as code", "__import__": "imports by a computed name",
@@ -212,6 +217,8 @@ def review(sl: GradedSlice) -> list[str]:
                     continue
                 if n.attr in TORCH_ONLY_ATTRS and not _under_torch(base, modules):
                     continue
+                if n.attr in SYS_ONLY_ATTRS and root_name(base) != "sys":
+                    continue
                 flag(st, n, why)
             elif isinstance(n, ast.Call):
                 _review_call(sl, st, n, modules, methods_self, flag)
@@ -233,11 +240,8 @@ def review(sl: GradedSlice) -> list[str]:
 
 def _import_bound(sl: GradedSlice) -> set[str]:
     """Names bound by imports (in any cell, the setup included) and never otherwise by the student."""
-    from autograder.slicing import binds
-    imported = {n for s in sl.statements if isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in binds(s.node)}
-    own = {n for s in sl.statements if sl.cells[s.cell].kind != "locked"
-           and not isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in binds(s.node)}
-    return imported - own
+    from autograder.slicing import module_names
+    return module_names(sl.statements, lambda s: sl.cells[s.cell].kind != "locked")
 
 
 def _under_torch(node, modules) -> bool:

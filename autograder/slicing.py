@@ -194,6 +194,27 @@ def binds(stmt) -> set[str]:
     return out
 
 
+def import_binds(stmt) -> set[str]:
+    """The module-level names a top-level statement binds by ``import`` (also inside ``try``/``if``)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return set()
+    nodes, _ = direct([stmt])
+    return {a.asname or a.name.split(".")[0] for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names if a.name != "*"}
+
+
+def module_names(statements, is_student) -> set[str]:
+    """Names only ever bound by imports (``torch``, ``nn``, ``F``, ``math``...): the student binds
+    them in no other way."""
+    imported, own = set(), set()
+    for s in statements:
+        imp = import_binds(s.node)
+        imported |= imp
+        if is_student(s):
+            own |= binds(s.node) - imp
+    return imported - own
+
+
 def root_name(node) -> str | None:
     """The name at the root of ``a.b[c].d``, or None (a call, a literal...)."""
     while isinstance(node, (ast.Attribute, ast.Subscript)):
@@ -220,6 +241,16 @@ def _writes(stmt, functions: dict) -> tuple[set[str], set[str]]:
             elif isinstance(fn, ast.Name) and fn.id in functions and functions[fn.id]:
                 handed |= {root_name(a) for a in list(n.args) + [k.value for k in n.keywords]}
     return into - {None}, handed - {None}
+
+
+def _rebinds_by_call(stmt, rebinds: dict) -> set[str]:
+    """Module-level names a top-level statement rebinds by calling a function of the student's that
+    declares them ``global``."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return set()
+    nodes, _ = direct([stmt])
+    return {g for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+            for g in rebinds.get(n.func.id, ())}
 
 
 def _writes_into_arguments(fn) -> bool:
@@ -314,16 +345,17 @@ def slice_cells(cells: list[Cell], contract: frozenset | None = None) -> GradedS
         sl.statements += [Statement(k, s) for s in _statements(trees[k])]
 
     student = [s for s in sl.statements if sl.cells[s.cell].kind != "locked"]
-    imported = {n for s in sl.statements if isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in binds(s.node)}
-    own = {n for s in student if not isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in binds(s.node)}
-    modules = imported - own  # names only ever bound by imports: torch, nn, F, math...
-    functions = {}
+    modules = module_names(sl.statements, lambda s: sl.cells[s.cell].kind != "locked")
+    functions, rebinds = {}, {}  # the student's functions: can write into arguments; globals they rebind
     for s in student:
         if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             functions[s.node.name] = functions.get(s.node.name, False) or _writes_into_arguments(s.node)
+            rebinds.setdefault(s.node.name, set()).update(
+                g for n in ast.walk(s.node) if isinstance(n, ast.Global) for g in n.names)
 
     needed = set(contract if contract is not None else contract_names())
-    effects = {id(s): (binds(s.node), *_writes(s.node, functions)) for s in student}
+    effects = {id(s): (binds(s.node) | _rebinds_by_call(s.node, rebinds), *_writes(s.node, functions))
+               for s in student}
     changed = True
     while changed:
         changed = False

@@ -60,30 +60,32 @@ def test_plan_uses_release_for_tests_and_setup_and_keeps_added_cells_in_place():
     release = planmod.release_cells(ROOT / "exercises" / "01_layernorm" / name)
     student = [{"source": "evil_setup()", "grade_id": "layernorm_setup", "id": None},
                {"source": "x = 1", "grade_id": None, "id": None},
-               {"source": "class LayerNorm: pass", "grade_id": "layernorm_impl", "id": None},
+               {"source": "class LayerNorm:\n    k = x + y", "grade_id": "layernorm_impl", "id": None},
                {"source": "y = 2", "grade_id": None, "id": None},
                {"source": "print('passed')", "grade_id": "layernorm_matches_torch", "id": None}]
     p = planmod.make_plan(release, student)
     sources = [s.get("source") for s in p.steps if s["kind"] == "cell"]
     assert "evil_setup()" not in sources and "print('passed')" not in sources
-    assert sources.index("x = 1") < sources.index("class LayerNorm: pass") < sources.index("y = 2")
+    assert sources.index("x = 1") < sources.index("class LayerNorm:\n    k = x + y") < sources.index("y = 2")
     assert [t.grade_id for t in p.tests] == [c["grade_id"] for c in release if c["role"] == "test"]
     assert p.steps[-1]["kind"] == "test"
 
 
 @pytest.mark.parametrize("code, hit", [
-    ("import torch.nn.functional as F\ny = F.layer_norm(x, s)", True),
-    ("from torch.nn import LayerNorm as L", True),
-    ("m = nn.LayerNorm(4)", True),
-    ("f = getattr(F, 'lay' + 'er_norm')", True),
-    ("exec(open('x').read())", True),
+    ("import torch.nn.functional as F\nclass LayerNorm:\n    def forward(self, x):\n        return F.layer_norm(x, s)", True),
+    ("from torch.nn import LayerNorm as L\nLayerNorm = L", True),
+    ("LayerNorm = nn.LayerNorm", True),
     ("class LayerNorm(nn.Module):\n    '''my layer_norm'''\n    def forward(self, x):\n"
      "        mu = x.mean(-1, keepdim=True)\n        return (x - mu) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)", False),
-    ("%timeit LayerNorm(4)(x)", False),
+    ("%timeit LayerNorm(4)(x)\nclass LayerNorm:\n    pass", False),
+    ("class LayerNorm:\n    pass\nprint(torch.allclose(LayerNorm(4)(x), F.layer_norm(x, (4,))))", False),
 ])
-def test_static_scan(code, hit):
-    from coursekit.checks.ops import NORM_OPS
-    assert bool(planmod.scan_forbidden([code], NORM_OPS)) == hit
+def test_builtins_cost_only_in_graded_code(code, hit):
+    from autograder import scan
+    from autograder.slicing import Cell, slice_cells
+    from coursekit.checks import get
+    sl = slice_cells([Cell("answer", "answer cell layernorm_impl", code)])
+    assert bool(scan.costs(sl, scan.forbidden_names(get("layernorm_matches_torch")))) == hit
 
 
 def test_bad_notebooks_are_refused_with_a_reason(tmp_path):

@@ -12,9 +12,11 @@ A *code fixture* is a ``.py`` file whose docstring says what it is and what it m
         ...
 
 ``loses`` lists grade ids that must score zero; ``message`` (optional) is a phrase the failing
-test's output must contain. :func:`submission_from_code` puts the whole file into the first
-solution cell of the released notebook and empties the other solution cells, which is what a
-student who wrote everything in one cell would hand in.
+test's output must contain. :func:`submission_from_code` puts the file into the first solution
+cell of the released notebook, as a student hands it in (no docstring, none of the imports the
+locked setup cell makes: ``import torch``, ``from torch import nn``, ``import torch.nn.functional
+as F``), and empties the other solution cells, which is what a student who wrote everything in one
+cell would hand in.
 
 A line ``# %% added cell`` starts a cell the student added (a scratch cell, no nbgrader
 metadata): what follows it, up to the next such line, becomes a new code cell right after the
@@ -71,10 +73,25 @@ def fixtures(folder: Path) -> list[CodeFixture]:
 ADDED_CELL = re.compile(r"^# %% added cell.*$", re.M)
 
 
+#: what the released setup cell of every exercise imports: a student's answer cell does not repeat it
+SETUP_IMPORTS = frozenset({"import torch", "from torch import nn", "import torch.nn as nn",
+                           "import torch.nn.functional as F", "from torch.nn import functional as F"})
+_DOCSTRING = re.compile(r'\A\s*(?:"""(?:.|\n)*?"""|\'\'\'(?:.|\n)*?\'\'\')[ \t]*\n')
+
+
+def as_answer_cell(code: str) -> str:
+    """A fixture's first part as a student hands it in: without the fixture's docstring (what it is,
+    what it loses) and without the imports the locked setup cell already makes."""
+    code = _DOCSTRING.sub("", code, count=1)
+    lines = [line for line in code.splitlines() if line.rstrip() not in SETUP_IMPORTS]
+    return "\n".join(lines).strip("\n") + "\n"
+
+
 def split_cells(code: str) -> tuple[str, list[str]]:
-    """(the answer cell's code, the added cells' code) of a fixture (see ``# %% added cell``)."""
+    """(the answer cell's code, the added cells' code) of a fixture (see ``# %% added cell``), in
+    the layout students hand in: the answer cell holds only the answer (:func:`as_answer_cell`)."""
     parts = ADDED_CELL.split(code)
-    return parts[0], [p.strip("\n") + "\n" for p in parts[1:]]
+    return as_answer_cell(parts[0]), [p.strip("\n") + "\n" for p in parts[1:]]
 
 
 def add_cells(cells: list, after: int, sources: list[str], new_cell) -> None:

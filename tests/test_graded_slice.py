@@ -1,0 +1,312 @@
+"""The graded slice (autograder.slicing) and what the grader reads in it (autograder.scan).
+
+Only the graded slice runs: the locked cells, the answer cells, and what in the cells a student
+added the contract's names reach. Built-ins cost points only where graded code names them; code
+that reaches around the course is flagged for review, which costs nothing. Cells here are in the
+layout students hand in: the locked setup cell imports torch, nn and F, the answer cell holds the
+answer, scratch cells are cells the student added.
+"""
+from __future__ import annotations
+
+import pytest
+
+from autograder import scan
+from autograder.slicing import Cell, slice_cells
+from coursekit.checks import get
+from course.release import ROOT
+from tools.fixture_class import read_code_fixture
+from tools.make_submission import fixtures, split_cells
+
+FIXTURES = ROOT / "tests" / "fixtures"
+SETUP = ("try:\n    import torch\n    from torch import nn\n    import torch.nn.functional as F\n"
+         "    from coursekit import run, smoke\nexcept ModuleNotFoundError:\n    raise\n")
+
+LN = '''class LayerNorm(nn.Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(self.normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(self.normalized_shape))
+
+    def forward(self, x):
+        dims = tuple(range(-len(self.normalized_shape), 0))
+        mu = x.mean(dims, keepdim=True)
+        var = (x - mu).pow(2).mean(dims, keepdim=True)
+        return (x - mu) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+'''
+NORM = scan.forbidden_names(get("layernorm_matches_torch"))
+
+
+def with_forward(expr: str, prefix: str = "") -> str:
+    """LN whose forward returns ``expr`` (``prefix``: lines before the class)."""
+    return prefix + LN.replace("        return (x - mu) * torch.rsqrt", f"        return {expr}  #")
+
+
+def sliced(answers, added=(), gid="layernorm_impl"):
+    cells = [Cell("locked", "setup", SETUP)]
+    cells += [Cell("answer", f"answer cell {gid}", a) for a in answers]
+    cells += [Cell("added", f"cell you added {i}", a) for i, a in enumerate(added, 1)]
+    return slice_cells(cells)
+
+
+def costs(answers, added=()):
+    return scan.costs(sliced(answers, added), NORM)
+
+
+def review(answers, added=()):
+    return scan.review(sliced(answers, added))
+
+
+def runs(answers, added=()):
+    """The code that runs of each added cell."""
+    return sliced(answers, added).runs[1 + len(answers):]
+
+
+# --------------------------------------------------------------------------------------------
+# What runs
+# --------------------------------------------------------------------------------------------
+
+def test_a_scratch_cell_that_graded_code_does_not_need_does_not_run():
+    cell = ("x = torch.randn(4, 32)\nmine = LayerNorm(32)\nprint(torch.allclose(mine(x), nn.LayerNorm(32)(x)))\n"
+            "assert torch.allclose(mine(x), F.layer_norm(x, (32,)))\n")
+    assert runs([LN], [cell]) == [""]
+
+
+def test_a_helper_in_a_scratch_cell_runs_and_the_rest_of_the_cell_does_not():
+    answer = with_forward("_scale(x - mu, var, self.eps) * self.weight + self.bias")
+    cell = "def _scale(d, v, e):\n    return d * torch.rsqrt(v + e)\nprint(_scale(torch.ones(2), torch.ones(2), 1e-5))\n"
+    out = runs([answer], [cell])[0]
+    assert "def _scale" in out and "print" not in out
+    assert out.splitlines()[:2] == cell.splitlines()[:2]  # line numbers stay the student's
+
+
+def test_what_graded_code_needs_is_followed_transitively_and_in_statement_order():
+    answer = with_forward("_a(x)")
+    cells = ["K = 2.0\nunused = 1\n", "def _b(x):\n    return x * K\n", "def _a(x):\n    return _b(x)\n"]
+    assert runs([answer], cells) == ["K = 2.0\n\n", cells[1], cells[2]]
+
+
+def test_writes_into_graded_objects_run():
+    out = runs([LN], ["LayerNorm.extra = 1\nsetattr(LayerNorm, 'tag', 'x')\nprint(LayerNorm)\n"])[0]
+    assert "LayerNorm.extra = 1" in out and "setattr" in out and "print" not in out
+
+
+def test_a_test_function_in_a_scratch_cell_does_not_run_and_costs_nothing():
+    cell = ("def check():\n    x = torch.randn(3, 8)\n    assert torch.allclose(LayerNorm(8)(x), F.layer_norm(x, (8,)))\n"
+            "check()\n")
+    assert runs([LN], [cell]) == [""]
+    assert costs([LN], [cell]) == [] and review([LN], [cell]) == []
+
+
+def test_the_inside_of_a_time_cell_is_sliced_like_a_cell():
+    cell = "%%time\ndef helper(x):\n    return x\nprint(nn.LayerNorm(3)(torch.ones(3)))\n"
+    out = runs([with_forward("helper(x)")], [cell])[0]
+    assert "def helper" in out and "print" not in out and "run_cell_magic" not in out
+
+
+def test_magics_and_shell_escapes_in_scratch_cells_do_not_run():
+    assert runs([LN], ["%timeit LayerNorm(4)(x)\n!pip install einops\n%matplotlib inline\n"]) == [""]
+
+
+def test_a_scratch_cell_that_cannot_be_read_does_not_run_and_an_answer_that_cannot_is_flagged():
+    sl = sliced([LN], ["def f(:\n    pass\n"])
+    assert sl.runs[-1] == "" and scan.review(sl) == []
+    found = review(["class LayerNorm(:\n    pass\n"])
+    assert len(found) == 1 and "could not be read" in found[0] and "answer cell layernorm_impl" in found[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Honest code keeps full marks and raises no flag
+# --------------------------------------------------------------------------------------------
+
+RIGHT = [f for f in fixtures(FIXTURES / "right")]
+
+
+@pytest.mark.parametrize("fx", RIGHT, ids=[f"{f.assignment}/{f.name}" for f in RIGHT])
+def test_every_right_fixture_costs_nothing_and_is_not_flagged(fx):
+    from autograder.grade import Course
+    answer, added = split_cells(fx.code)
+    sl = sliced([answer], added)
+    for t in Course().tests(fx.assignment):
+        assert scan.costs(sl, scan.forbidden_names(get(t.grade_id))) == [], (fx.name, t.grade_id)
+    assert scan.review(sl) == [], fx.name
+
+
+@pytest.mark.parametrize("code", [
+    with_forward("self._f(x)", "").replace("    def forward", "    @torch.compile\n    def forward"),
+    LN.replace("    def forward", "    @torch.compile(dynamic=False, mode='max-autotune')\n    def forward"),
+    LN + "\nLayerNorm.forward = torch.compile(LayerNorm.forward)\n",
+    LN.replace("* self.weight + self.bias", "* getattr(self, 'weight') + getattr(self, names[1])"),
+    LN.replace("        return (x - mu)", "        w, b = (getattr(self, n) for n in ('weight', 'bias'))\n        return (x - mu)"),
+    LN.replace("self.eps = eps", "self.eps = eps\n        for n in ('a', 'b'):\n            setattr(self, n, None)"),
+    "def layer_norm(x, eps=1e-5):\n    return (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)\n"
+    + with_forward("layer_norm(x, self.eps)"),
+    LN + "\n    def rms_norm(self, x):\n        return x\n\n    def g(self, x):\n        return self.rms_norm(x)\n",
+    with_forward("(x - mu) / torch.linalg.vector_norm(x - mu, dim=-1, keepdim=True) * x.shape[-1] ** 0.5"),
+    LN.replace("class LayerNorm(nn.Module):", 'class LayerNorm(nn.Module):\n    """My layer_norm: like nn.LayerNorm, by hand."""'),
+    LN.replace("class LayerNorm(nn.Module):", 'class LayerNorm(nn.Module):\n    kind = "layer_norm"  # F.layer_norm'),
+    LN + "\n    def extra_repr(self):\n        return ', '.join(f'{k}={v}' for k, v in self.__dict__.items() if k == 'eps')\n",
+    LN + "\n    def extra_repr(self):\n        return str(vars(self).get('eps'))\n",
+    LN + "\nm = LayerNorm(4)\nm.eval()\nimport re\npat = re.compile(r'LayerNorm\\((\\d+)')\n",
+    "%timeit LayerNorm(4)(x)\n" + LN,
+    "%matplotlib inline\n" + LN,
+    LN + "\nx = torch.randn(4, 32)\nprint(torch.allclose(LayerNorm(32)(x), nn.LayerNorm(32)(x)))\n",
+], ids=["compile-decorator", "compile-call", "compile-rebound", "getattr-self-constant", "getattr-self-computed",
+        "setattr-self", "own-function-named-layer_norm", "own-method-named-rms_norm", "vector_norm", "docstring",
+        "class-attribute-tag", "extra_repr-self-dict", "extra_repr-vars-self", "eval-method-re-compile",
+        "timeit-magic", "matplotlib-magic", "compare-below-the-class"])
+def test_honest_answer_cells_cost_nothing_and_are_not_flagged(code):
+    assert costs([code]) == [] and review([code]) == []
+
+
+@pytest.mark.parametrize("cell", [
+    "x = torch.randn(4, 32)\nmine = LayerNorm(32)\nref = nn.LayerNorm(32)\n"
+    "with torch.no_grad():\n    mine.load_state_dict(ref.state_dict())\n"
+    "print(torch.allclose(mine(x), ref(x), atol=1e-5))\nprint((mine(x) - F.layer_norm(x, (32,))).abs().max())\n",
+    "print(torch.allclose(mine(x), nn.LayerNorm(32)(x)))\n",
+    "assert torch.allclose(LayerNorm(8)(x), torch.nn.functional.layer_norm(x, (8,)))\n",
+    "for n in ['weight', 'bias']:\n    print(getattr(model, n).shape)\n",
+    "def check(a, b, x):\n    print(torch.allclose(a(x), b(x)))\ncheck(LayerNorm(8), nn.LayerNorm(8), torch.randn(2, 8))\n",
+    "%timeit nn.LayerNorm(32)(x)\nr = %timeit -o -n 3 F.layer_norm(x, (32,))\n",
+    "import time, gc, sys\nt = time.perf_counter()\nLayerNorm(8)(torch.randn(2, 8))\nprint(time.perf_counter() - t, sys.version)\n",
+    "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n",
+], ids=["compare", "print-allclose", "assert", "getattr-in-loop", "harmless-helper", "timeit", "timing-imports", "plot"])
+def test_honest_scratch_cells_cost_nothing_and_are_not_flagged(cell):
+    assert costs([LN], [cell]) == [] and review([LN], [cell]) == []
+
+
+# --------------------------------------------------------------------------------------------
+# Built-ins in graded code cost the implementation checks
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("answer, added", [
+    (LN, "LayerNorm.forward = lambda self, x: F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)\n"),
+    (LN, "setattr(LayerNorm, 'forward', lambda s, x: F.layer_norm(x, (4,)))\n"),
+    (LN, "LayerNorm = nn.LayerNorm\n"),
+    (LN, "from torch.nn import LayerNorm\n"),
+    (LN, "class LayerNorm(nn.LayerNorm):\n    pass\n"),
+    (LN, "def forward(self, x):\n    return torch.layer_norm(x, (4,))\nLayerNorm.forward = forward\n"),
+    (with_forward("_ref(x, self.normalized_shape)"), "_ref = F.layer_norm\n"),
+    (with_forward("_impl[0](x, self.normalized_shape)"), "_impl = []\n_impl.append(F.layer_norm)\n"),
+    (with_forward("_table['f'](x)"), "_table = {'f': F.layer_norm}\n"),
+    (with_forward("_g(x)"), "_f = F.layer_norm\n_g = _f\n"),
+    (with_forward("_f(x)"), "from torch.nn.functional import layer_norm as _f\n"),
+    (with_forward("_impl(x)") + "\n_impl = None\ndef set_impl(f):\n    global _impl\n    _impl = f\n",
+     "set_impl(F.layer_norm)\n"),
+], ids=["monkeypatch-forward", "setattr", "rebinds-contract-name", "imports-over-contract-name", "subclass",
+        "def-then-patch", "alias", "list-append", "dict", "alias-chain", "import-as", "setter-function"])
+def test_a_builtin_reaching_graded_code_from_a_scratch_cell_costs(answer, added):
+    assert costs([answer], [added]), (answer[-80:], added)
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.native_group_norm(x.reshape(-1, 1, x.shape[-1]), None, None, x.numel() // x.shape[-1], 1, x.shape[-1], 1, self.eps)[0].reshape(x.shape)",
+    "torch.ops.aten.native_group_norm(x, None, None, 1, 1, 1, 1, self.eps)[0]",
+    "torch._C._nn.layer_norm(x, self.normalized_shape)",
+    "torch.ops.aten.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5)[0]",
+    "torch.nn.functional.group_norm(x, 1)",
+    "torch._refs.native_layer_norm(x, [4], None, None, 1e-5)[0]",
+    "torch.nn.LayerNorm(x.shape[-1])(x)",
+    "F.layer_norm(x, self.normalized_shape)",
+], ids=lambda e: e[:40])
+def test_builtin_norms_named_in_graded_code_cost(expr):
+    found = costs([with_forward(expr)])
+    assert found and "answer cell layernorm_impl, line 13" in found[0], found
+
+
+@pytest.mark.parametrize("code", [
+    "from torch.nn.functional import layer_norm",
+    "from torch import native_group_norm as ngn",
+    "import torch._refs as R",
+    "from torch._decomp import decomposition_table",
+    "from torch.nn.functional import *",
+])
+def test_imports_of_builtins_in_an_answer_cell_cost(code):
+    assert costs([code + "\n" + with_forward("R(x) + decomposition_table + ngn + layer_norm")])
+
+
+def test_torch_transformer_layers_cost_the_blocks_checks_only_where_a_check_forbids_them():
+    code = ("class TransformerBlock(nn.Module):\n    def __init__(self, d, h, f):\n        super().__init__()\n"
+            "        self.inner = nn.TransformerEncoderLayer(d, h, f, batch_first=True)\n")
+    sl = sliced([code], gid="block_impl")
+    assert scan.costs(sl, frozenset({"TransformerEncoderLayer"})) and scan.costs(sl, NORM) == []
+
+
+# --------------------------------------------------------------------------------------------
+# Code that reaches around the course is flagged, with its cell and line, and costs nothing
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expr, why", [
+    ("getattr(torch.ops.aten, name)(x)", "computed name"),
+    ("getattr(F, 'lay' + 'er_norm')(x, (4,))", "computed name"),
+    ("vars(torch)[name](x)", "vars() of another object"),
+    ("F.__dict__.get(name)(x)", "namespace"),
+    ("globals().get(name)(x)", "globals()"),
+    ("eval('F.layer_norm')(x, (4,))", "eval()"),
+    ("__import__('torch').layer_norm(x, (4,))", "__import__()"),
+    ("run.__globals__['_ACTIVE'].release() or x", "module namespace"),
+    ("torch._C._get_operation_overload('aten::native_layer_norm', '')(x)", "torch's C internals"),
+    ("torch.autograd.Variable._execution_engine.run_backward(x)", "autograd's engine"),
+    ("torch.library.Library('aten', 'IMPL')", "torch.library"),
+], ids=lambda e: e[:40] if isinstance(e, str) else "")
+def test_lookups_around_the_names_in_graded_code_are_flagged(expr, why):
+    found = review([with_forward(expr)])
+    assert any(why in f and "answer cell layernorm_impl, line 13" in f for f in found), found
+
+
+@pytest.mark.parametrize("line, why", [
+    ("import gc", "imports gc"), ("import sys; m = sys.modules", "sys.modules"), ("import importlib", "imports importlib"),
+    ("import inspect", "imports inspect"), ("import ctypes", "imports ctypes"), ("import threading", "imports threading"),
+    ("import subprocess", "imports subprocess"), ("from multiprocessing import Process", "multiprocessing"),
+    ("import coursekit.checks", "imports coursekit.checks"), ("from coursekit.checks import REGISTRY", "coursekit.checks"),
+    ("from torch._C import DisableTorchFunction", "torch internals"), ("import os", "imports os"),
+    ("text = open('/etc/passwd').read()", "file access"), ("get_ipython().events.register('pre_run_cell', f)", "IPython"),
+    ("get_ipython().run_cell('x = 1')", "IPython"), ("!ls /", "shell command"), ("%run other.py", "%run"),
+    ("exec('x = 1')", "exec()"), ("F.layer_norm = lambda *a: a[0]", "writes into an imported module"),
+], ids=lambda e: e[:30] if isinstance(e, str) else "")
+def test_reaching_around_the_course_in_an_answer_cell_is_flagged_with_its_line(line, why):
+    found = review([LN + line + "\n"])
+    assert any(why in f and "line 14" in f for f in found), found
+    assert costs([LN + line + "\n"]) == []
+
+
+def test_a_graded_function_that_writes_into_module_state_is_flagged():
+    answer = with_forward("_keep(x)") + "\n_SEEN = {}\ndef _keep(x):\n    _SEEN['x'] = x\n    return x\n"
+    assert any("module-level state" in f for f in review([answer]))
+
+
+def test_reaching_around_in_a_scratch_cell_that_does_not_run_is_not_flagged():
+    cell = "import gc, inspect\nrun.__globals__['_ACTIVE'].release()\nprint(inspect.getsource(run))\n"
+    assert runs([LN], [cell]) == [""] and review([LN], [cell]) == []
+
+
+def test_reaching_around_in_a_scratch_helper_that_graded_code_uses_is_flagged():
+    cell = "import gc\ndef _h(x):\n    gc.collect()\n    return x\n"
+    found = review([with_forward("_h(x)")], [cell])
+    assert any("imports gc" in f and "cell you added 1, line 1" in f for f in found), found
+
+
+@pytest.mark.parametrize("switch", ["torch.enable_grad()", "torch.set_grad_enabled(True)", "torch.inference_mode(False)"])
+def test_exercise_05_autograd_switched_on_inside_a_hand_written_backward_is_flagged(switch):
+    code = (f"def rmsnorm_backward(grad_out, x, weight, rstd):\n    with {switch}:\n"
+            "        y = x.detach().requires_grad_()\n    return grad_out, weight\n")
+    found = scan.review(sliced([code], gid="rmsnorm_backward_impl"))
+    assert any("autograd switched back on" in f and "line 2" in f for f in found), found
+    honest = "def rmsnorm_backward(grad_out, x, weight, rstd):\n    with torch.no_grad():\n        return grad_out, weight\n"
+    assert scan.review(sliced([honest], gid="rmsnorm_backward_impl")) == []
+
+
+# --------------------------------------------------------------------------------------------
+# The hostile fixtures whose cheat is in the source
+# --------------------------------------------------------------------------------------------
+
+SOURCE_CHEATS = ["builtin_layernorm", "builtin_obfuscated", "native_group_norm", "aten_group_norm_unrecorded",
+                 "ipython_line_hides_source"]
+
+
+@pytest.mark.parametrize("name", SOURCE_CHEATS)
+def test_hostile_fixtures_that_reach_a_builtin_cost_or_are_flagged(name):
+    fx = read_code_fixture(FIXTURES / "hostile" / f"{name}.py")
+    answer, added = split_cells(fx["code"])
+    assert costs([answer], added) or review([answer], added), name
