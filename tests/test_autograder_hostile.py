@@ -103,10 +103,14 @@ def test_every_submission_has_a_row(graded):
 
 
 def test_no_undeserved_points(graded):
+    """Every attack loses what it must, or (where it reaches around the course, so that its probes
+    cannot be trusted to see what it did) its row is flagged for review naming what it did."""
     rows, res = graded["rows"], graded["results"]
     for c in graded["cases"]:
         tests = {t["grade_id"]: t for t in res[c.student]["tests"]}
-        if c.loses == "all":
+        if c.review:
+            assert c.review in rows[c.student]["review"], f"{c.student} ({c.summary}) not flagged: {rows[c.student]}"
+        elif c.loses == "all":
             assert float(rows[c.student]["score"]) == 0, f"{c.student} ({c.summary}) scored {rows[c.student]['score']}"
         elif c.loses != "none":
             for gid in c.loses:
@@ -246,14 +250,14 @@ def test_benchmark_is_decided_by_the_graders_clock(graded):
     assert "the time of torch.nn.LayerNorm" in t["message"], t["message"]  # timed from outside, and slow
 
 
-def test_code_that_reaches_into_the_grading_machinery_scores_nothing(graded):
+def test_code_that_reaches_into_the_grading_machinery_is_flagged_with_its_lines(graded):
     """Swapping a probe for the judge's own answer, switching the recorder and the kernel block off
-    through the checks' modules, swapping the served benchmark's builder: every test scores 0 and
-    the message says why."""
+    through the checks' modules, swapping the served benchmark's builder: each row asks a person to
+    look, naming the cell and line that reaches into the course's checks."""
     for name in ("swap_probe_for_judges_answer", "recorder_off_via_module", "served_build_swap"):
-        row = graded["results"][f"hostile-{name}"]
-        assert row["score"] == 0, (name, row["score"])
-        assert all("grading machinery" in t["message"] for t in row["tests"]), (name, row["tests"][0])
+        row = graded["rows"][f"hostile-{name}"]
+        assert "coursekit.checks" in row["review"] and "(answer cell layernorm_impl, line " in row["review"], row
+    assert graded["rows"]["solution"]["review"] == ""
 
 
 def test_ipython_magics_at_the_top_of_an_answer_are_honest(graded):

@@ -37,6 +37,9 @@ class Case:
     summary: str
     loses: list | str  # "all", "none", or grade ids that must score 0
     expect: str = ""  # broken: "zero" or "full"
+    #: hostile: a phrase the row's review column must hold (the attack reaches around the course, so a
+    #: person is asked to look); such a case may keep points its probes could not see it take
+    review: str = ""
 
 
 def release_dict(assignment: str, root: Path = ROOT) -> tuple[str, dict]:
@@ -73,7 +76,7 @@ def read_code_fixture(path: Path) -> dict:
     field = lambda k: (re.search(rf"^{k}:\s*(.+)$", doc, re.M) or [None, ""])[1].strip()  # noqa: E731
     loses = field("loses")
     return {"name": Path(path).stem, "summary": doc.strip().splitlines()[0], "assignment": field("assignment"),
-            "loses": loses if loses in ("all", "none") else loses.split(), "code": code}
+            "loses": loses if loses in ("all", "none") else loses.split(), "code": code, "review": field("review")}
 
 
 def _write(dest: Path, student: str, assignment: str, name: str, content) -> None:
@@ -127,7 +130,8 @@ def build(dest: Path, *, assignment: str = "01_layernorm", placeholders: dict | 
             for k, v in ph.items():
                 code = code.replace(k, v)
             _write(dest, f"hostile-{fx['name']}", assignment, name, with_code(copy.deepcopy(release), code))
-            cases.append(Case(f"hostile-{fx['name']}", assignment, "hostile", fx["summary"], fx["loses"]))
+            cases.append(Case(f"hostile-{fx['name']}", assignment, "hostile", fx["summary"], fx["loses"],
+                              review=fx["review"]))
     if "right" in kinds:
         for p in sorted((FIXTURES / "right" / assignment).glob("*.py")):
             fx = read_code_fixture(p)
