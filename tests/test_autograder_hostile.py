@@ -145,7 +145,8 @@ def test_builtin_norm_is_named_in_the_feedback(graded):
     tests = {t["grade_id"]: t for t in graded["results"]["hostile-builtin_layernorm"]["tests"]}
     assert "layer_norm" in tests["layernorm_matches_torch"]["message"]
     tests = {t["grade_id"]: t for t in graded["results"]["hostile-builtin_obfuscated"]["tests"]}
-    assert "computed name" in tests["layernorm_matches_torch"]["message"]
+    assert "layer_norm is switched off" in tests["layernorm_matches_torch"]["message"]  # the probe saw it
+    assert "computed name" in graded["rows"]["hostile-builtin_obfuscated"]["review"]
 
 
 def test_a_forged_finish_is_a_crash_and_no_grader_note_comes_from_the_submission(graded):

@@ -34,7 +34,7 @@ from course.release import ROOT, venv_env
 
 pytestmark = pytest.mark.autograder
 A, B = "01_layernorm", "02_rmsnorm"
-COLUMNS = ("student_id", "assignment", "score", "max_score", "status", "tests_passed", "tests_total")
+COLUMNS = ("student_id", "assignment", "score", "max_score", "status", "tests_passed", "tests_total", "review")
 
 
 def _put(dest: Path, student: str, assignment: str, content) -> None:
@@ -203,6 +203,7 @@ def test_cluster_grades_equal_a_local_run_despite_killed_workers(graded):
     # the rows say what they should: the reference earns all, the cheat and the broken file nothing
     assert float(local[("ann", A)]["score"]) == float(local[("ann", A)]["max_score"]) > 0
     assert float(local[("cat", A)]["score"]) == 0 and float(local[("bob", A)]["score"]) == 0
+    assert "imports coursekit.checks" in remote[("cat", A)]["review"] and local[("ann", A)]["review"] == ""
     assert local[("dan", A)]["status"] == "unreadable"
     assert local[("ann", B)]["status"] == "missing"  # bob handed in 02: a row for everyone
     assert zed["status"] == "crashed" and float(zed["score"]) == 0, zed
