@@ -1,5 +1,5 @@
 """The grader's side of the conversation with one sandboxed notebook (the harness's is in
-``harness.py``). Everything the sandbox says arrives here, over pipes, bounded; nothing is read
+``autograder/inside/harness.py``). Everything the sandbox says arrives here, over pipes, bounded; nothing is read
 from files the sandbox could write.
 
 Two pipes:

@@ -46,10 +46,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HARNESS = Path(__file__).resolve().parent / "harness.py"
-ZYGOTE = Path(__file__).resolve().parent / "zygote.py"
+#: what runs inside the sandbox (:mod:`autograder.inside`): bound read-only as ``/grader``
+INSIDE = Path(__file__).resolve().parent / "inside"
+HARNESS, ZYGOTE = INSIDE / "harness.py", INSIDE / "zygote.py"
 #: where things appear inside the sandbox
-WORK, HARNESS_IN, ZYGOTE_IN = "/home/student", "/grader/harness.py", "/grader/zygote.py"
+WORK, INSIDE_IN = "/home/student", "/grader"
+HARNESS_IN, ZYGOTE_IN = f"{INSIDE_IN}/harness.py", f"{INSIDE_IN}/zygote.py"
 #: uids the sandbox runs as when the grader is root, one per concurrent job (none is a host user)
 SANDBOX_UIDS = range(61000, 61256)
 
@@ -123,7 +125,7 @@ def gpu_library_dirs(ld_library_path: str | None = None) -> list[str]:
 
 def _ro_sources(course_dir: Path, gpu: bool = False) -> list[tuple[str, str]]:
     """(host path, path inside) of every read-only bind: system dirs, the interpreter, the venv,
-    the course package, the harness; with ``gpu``, the driver's library folders too."""
+    the course package, what runs inside (``autograder/inside/``); with ``gpu``, the driver's library folders too."""
     pairs = [(p, p) for p in ("/usr", "/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives")]
     for p in {sys.base_prefix, sys.prefix, os.path.realpath(sys.base_prefix)}:
         pairs.append((p, p))
@@ -136,8 +138,7 @@ def _ro_sources(course_dir: Path, gpu: bool = False) -> list[tuple[str, str]]:
     # ...and the student runtime beside it (coursekit: the check framework and visible checks)
     kit = course_dir.parent / "coursekit"
     pairs.append((str(kit), str(kit)))
-    pairs.append((str(HARNESS), HARNESS_IN))
-    pairs.append((str(ZYGOTE), ZYGOTE_IN))
+    pairs.append((str(INSIDE), INSIDE_IN))  # the harness and the zygote (autograder/inside/)
     if gpu:
         pairs += [(d, d) for d in gpu_library_dirs()]
     return [(src, dst) for src, dst in pairs if os.path.exists(src)]
@@ -186,7 +187,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         "--setenv", "OMP_NUM_THREADS", str(limits.threads),
         "--setenv", "MKL_NUM_THREADS", str(limits.threads),
         # torch.cuda.is_available() asks NVML instead of initializing the CUDA driver: the grading
-        # slot's zygote (autograder/zygote.py) forks a child per submission, and a process that
+        # slot's zygote (autograder/inside/zygote.py) forks a child per submission, and a process that
         # initialized CUDA before fork() cannot use it in the child
         "--setenv", "PYTORCH_NVML_BASED_CUDA_CHECK", "1",
         *(["--setenv", "LD_LIBRARY_PATH", ":".join(libs)] if libs else []),

@@ -1,5 +1,5 @@
 """Grading slots: one long-lived sandbox per concurrent job, holding a pre-imported interpreter
-(:mod:`autograder.zygote`) that forks a fresh sandbox for each submission.
+(:mod:`autograder.inside.zygote`) that forks a fresh sandbox for each submission.
 
 Starting Python and importing torch, ``torch._dynamo`` and IPython costs seconds per submission;
 forking a process that already imported them costs milliseconds. A :class:`Slot` starts the

@@ -1,4 +1,4 @@
-"""A grading slot's children (:mod:`autograder.slots`, :mod:`autograder.zygote`) against submissions
+"""A grading slot's children (:mod:`autograder.slots`, :mod:`autograder.inside.zygote`) against submissions
 that try to leave their sandbox, reach the pre-imported interpreter they were forked from, or leave
 something behind for the next submission of the same slot.
 

@@ -90,7 +90,7 @@ def _writable_full(paths=("/home/student", "/tmp", "/dev/shm")) -> bool:
 
 def preload():
     """Import what the harness uses before student code runs (the zygote calls this once, before it
-    forks a child per submission: :mod:`autograder.zygote`). torch's first ``__torch_function__``
+    forks a child per submission: :mod:`autograder.inside.zygote`). torch's first ``__torch_function__``
     imports ``torch._dynamo`` (a second or more), so it is imported here too."""
     import torch
     import torch._dynamo  # noqa: F401
