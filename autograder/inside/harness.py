@@ -16,8 +16,10 @@ it stands and sends the record. Nothing here decides a score: the grader judges 
 treats anything missing, malformed or out of turn as a failure.
 
 Before any student code runs, the harness moves its pipes to high descriptor numbers, points
-stdin at ``/dev/null``, and makes torch's built-in normalization kernels raise for the exercises
-that forbid them.
+stdin at ``/dev/null``, registers the hidden checks from the code the grader sent (``"hidden"`` in
+the job's settings, or, in a grading slot, to the zygote at its start: the sandbox has no file of
+them, :func:`install_hidden`), and makes torch's built-in normalization kernels raise for the
+exercises that forbid them.
 """
 import json
 import os
@@ -88,6 +90,40 @@ def _writable_full(paths=("/home/student", "/tmp", "/dev/shm")) -> bool:
     return False
 
 
+class _HiddenChecks:
+    """A finder and loader on ``sys.meta_path`` for the hidden checks, ``course.hidden.*``: serves the
+    code objects the grader compiled (:func:`autograder.sandbox.hidden_code`) in place of files the
+    sandbox does not have. It holds no source and has no ``get_source``: ``linecache``,
+    ``inspect`` and tracebacks find no line of them."""
+
+    def __init__(self, codes):
+        self._codes = codes  # module name -> (is a package, code object)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self._codes:
+            return None
+        from importlib.util import spec_from_loader
+        return spec_from_loader(name, self, is_package=self._codes[name][0])
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        exec(self._codes[module.__name__][1], module.__dict__)  # noqa: S102 -- the grader's own code
+
+
+def install_hidden(hidden):
+    """Make the hidden checks importable from the code the grader sent (``{name: {"package": bool,
+    "code": base64 of marshal}}``; see :func:`autograder.sandbox.hidden_code`), before any student
+    code runs. Nothing (an empty dict or None): the course has none, or this runs unsandboxed."""
+    if not hidden:
+        return
+    import base64
+    import marshal
+    codes = {name: (bool(m["package"]), marshal.loads(base64.b64decode(m["code"]))) for name, m in hidden.items()}
+    sys.meta_path.insert(0, _HiddenChecks(codes))
+
+
 def preload():
     """Import what the harness uses before student code runs (the zygote calls this once, before it
     forks a child per submission: :mod:`autograder.inside.zygote`). torch's first ``__torch_function__``
@@ -123,6 +159,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     os.close(null)
     lines = Lines(ctrl)
     job = lines.next()
+    install_hidden(job.pop("hidden", None))  # a one-off sandbox: the hidden checks come with the job
 
     sys.stdout = _CappedText(sys.stdout)
     sys.stderr = _CappedText(sys.stderr)

@@ -4,7 +4,9 @@ before any student code runs (the grader's side is :mod:`autograder.slots`).
 
 Started as ``python /grader/zygote.py SOCKET_FD TMP_MB CPU_S`` inside the same bubblewrap sandbox as a
 one-off submission (:func:`autograder.sandbox.bwrap_argv`: unprivileged uid, no capability,
-read-only root, no network). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
+read-only root, no network). Its stdin brings one JSON line, ``{"hidden": ...}``: the hidden
+checks' code (:func:`autograder.sandbox.hidden_code`), registered before anything is imported
+(the sandbox has no file of them). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
 are JSON; the grader sends::
 
     {"op": "fork", "id": n}  + three descriptors: the job pipe's read end, the reply pipe's write end, the
@@ -293,10 +295,29 @@ def _one(sock, fds, req, harness):
     _send(sock, {"exit": code, "id": req.get("id")})
 
 
+def _read_hidden():
+    """The hidden checks' code, one JSON line on stdin from the grader (:class:`autograder.slots.Slot`),
+    read to its end; stdin is ``/dev/null`` afterwards."""
+    chunks = []
+    while True:
+        chunk = os.read(0, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    data = b"".join(chunks).strip()
+    return json.loads(data).get("hidden") if data else None
+
+
 def main():
     sock = socket.socket(fileno=int(sys.argv[1]))
     tmp_mb, cpu_s = int(sys.argv[2]), int(sys.argv[3])
+    hidden = _read_hidden()
     import harness  # beside this file in /grader
+    harness.install_hidden(hidden)
+    del hidden
     harness.preload()
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     _send(sock, {"ready": True})
