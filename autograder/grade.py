@@ -133,8 +133,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     tr = box.get("tr") or protocol.Transcript(broke="the notebook's process did not start")
     o.wall_s = res.wall_s
     o.timings = {k: round(v, 3) for k, v in tr.timings.items()}
-    o.output_tail = res.output[-4000:]
-    o.cell_errors = tr.cell_errors[:50]
+    o.output_tail = res.output[-protocol.OUTPUT_TAIL_CHARS:]  # results.json only: never shown to students
+    o.cell_errors = protocol.bound_cell_errors(tr.cell_errors)
     o.tests = judge_records(tests, tr.records, plan, tr.served)
     o.score = sum(t.points for t in o.tests)
     if tr.disk_full:

@@ -204,6 +204,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     shell.user_ns["__name__"] = "__main__"
     shell.enable_gui = lambda gui=None: None  # %matplotlib inline: plots go nowhere (MPLBACKEND=Agg)
     cell_s = float(job.get("cell_s", 120))
+    error_chars = int(job.get("cell_error_chars", 300))  # autograder.protocol.CELL_ERROR_CHARS
     test_s = float(job.get("test_s", max(cell_s, 120)))
     probed = {}  # name -> the objects the correctness tests found under it (the benchmark times those)
 
@@ -227,7 +228,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             send(pack({"event": "cell", "n": n, "full": _writable_full(),
-                       "error": None if err is None else f"{type(err).__name__}: {str(err)[:500]}"}))
+                       "error": None if err is None else _error_text(err, error_chars)}))
             continue
         gid = step["grade_id"]
         check = tests.get(gid)
@@ -272,6 +273,15 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     send(pack({"event": "bye"}))
     sys.__stdout__.flush()
     os._exit(0)  # no atexit hooks, no finalizers a submission may have registered
+
+
+def _error_text(err, n):
+    """``Type: message`` of a cell's error, at most ``n`` characters (the grader cuts it again)."""
+    try:
+        text = f"{type(err).__name__}: {str(err)[: n + 1]}"
+    except BaseException as e:  # noqa: BLE001 -- a student's exception whose __str__ raises
+        text = f"{type(err).__name__}: (its message could not be read: {type(e).__name__})"
+    return text if len(text) <= n else text[: n - 1] + "\u2026"
 
 
 def _pinned(check, ns, probed):
