@@ -202,6 +202,19 @@ def _fork(tries: int = 50) -> int:
     return os.fork()
 
 
+def _reseed():
+    """Fresh seeds for this submission's global generators: a fork would repeat the zygote's state in
+    every child, so one submission's draws would tell the next one's. numpy's and Python's from the
+    OS (as a fresh interpreter seeds them); torch's too (a fresh interpreter starts it from a
+    constant), from ``os.urandom``; CUDA's generators follow torch's lazily, without starting CUDA."""
+    import random
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+
+
 def _run_child(sock, fds, tmp_mb, cpu_s, status_w, harness):
     """In the forked child: never returns."""
     code = 70
@@ -219,8 +232,7 @@ def _run_child(sock, fds, tmp_mb, cpu_s, status_w, harness):
                     os.close(fd)
                 except OSError:
                     pass
-        if "numpy" in sys.modules:  # a fresh interpreter seeds numpy's global generator from the OS;
-            sys.modules["numpy"].random.seed()  # a fork would repeat the zygote's (Python's random reseeds itself)
+        _reseed()
         harness.main(reply_w, job_r)
     except BaseException as e:  # noqa: BLE001 -- the grader sees the message and a crashed row
         try:
