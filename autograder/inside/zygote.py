@@ -32,7 +32,8 @@ child (:func:`_enter`):
    kernel allows it, drops every capability (bounding set, ambient, effective, permitted), sets
    ``no_new_privs`` and the submission's own CPU-seconds limit: mounts inherited from the slot are locked, and without
    ``CAP_SYS_ADMIN`` it cannot unmount its own tmpfs or ``/proc`` either;
-5. keeps only its three pipes, then runs :func:`harness.main`.
+5. keeps only its three pipes, reseeds torch's, numpy's and Python's global generators
+   (:func:`_reseed`), then runs :func:`harness.main`.
 
 The zygote is not dumpable (``PR_SET_DUMPABLE`` 0), so even a process of the same uid that could
 name it could not trace it or read its memory.
