@@ -255,7 +255,9 @@ def outcome_from(res, entry: Entry, course: Course) -> Outcome:
         tests.append(TestResult(**t))
     if abs(d["score"] - sum(t.points for t in tests)) > 1e-9 or d["max_score"] != sum(w.points for w in want):
         raise BadResult(f"score {d['score']} / {d['max_score']} is not the sum of its tests")
-    return Outcome(**dict(d, tests=tests))
+    from autograder.protocol import OUTPUT_TAIL_CHARS, bound_cell_errors
+    return Outcome(**dict(d, tests=tests, cell_errors=bound_cell_errors(d["cell_errors"]),
+                          output_tail=d["output_tail"][-OUTPUT_TAIL_CHARS:]))
 
 
 def _zero(entry: Entry, course: Course, status: str, message: str) -> Outcome:

@@ -12,6 +12,7 @@ nothing is marked safe. This module only computes what the templates show (plots
 from __future__ import annotations
 
 import base64
+import copy
 import functools
 import io
 import re
@@ -20,6 +21,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import jinja2
+
+from autograder.protocol import bound_cell_errors
 
 STATUS_TEXT = {
     "graded": "graded",
@@ -66,6 +69,9 @@ def feedback_html(o) -> str:
             d = getattr(t, "detail", None) or {}
             benchmarks.append({"test": t, "measures": [(k, v) for k, v in d.items() if k != "report"],
                                "report": d.get("report")})
+    if getattr(o, "cell_errors", None):  # what the student's code raised, bounded however the row was made
+        o = copy.copy(o)
+        o.cell_errors = bound_cell_errors(o.cell_errors)
     return _render("feedback.html.j2", o=o, status_text=STATUS_TEXT.get(o.status, o.status),
                    benchmarks=benchmarks)
 

@@ -33,7 +33,7 @@ from autograder.ingest import Catalog, Entry, discover
 from autograder.judge import judge_records
 from autograder.outcome import Outcome, TestResult, check_for as _check
 from autograder.outside import measure, served_device
-from autograder.sandbox import HARNESS_IN, Limits, run_sandboxed
+from autograder.sandbox import HARNESS_IN, Limits, hidden_code, run_sandboxed
 from autograder.slots import Child, SlotPool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +95,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     steps = [dict(st, served=st["grade_id"] in SERVED) if st["kind"] == "test" else st for st in plan.steps]
     device = served_device()  # the served benchmarks' device: the harness and the grader's clock agree on it
     job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block, "bench_device": device}
+    if not (sandbox and slots is not None):  # one-off: the hidden checks go with the job (a slot's zygote has them)
+        job["hidden"] = hidden_code(course.root / "course")
     step_s = max(limits.cell_s, 120.0) + protocol.STEP_GRACE_S
     # Results come back over a pipe of their own (the protocol); the harness gets its write end.
     reply_r, reply_w = os.pipe()
@@ -136,8 +138,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     tr = box.get("tr") or protocol.Transcript(broke="the notebook's process did not start")
     o.wall_s = res.wall_s
     o.timings = {k: round(v, 3) for k, v in tr.timings.items()}
-    o.output_tail = res.output[-4000:]
-    o.cell_errors = tr.cell_errors[:50]
+    o.output_tail = res.output[-protocol.OUTPUT_TAIL_CHARS:]  # results.json only: never shown to students
+    o.cell_errors = protocol.bound_cell_errors(tr.cell_errors)
     o.tests = judge_records(tests, tr.records, plan, tr.served)
     o.score = sum(t.points for t in o.tests)
     if tr.disk_full:

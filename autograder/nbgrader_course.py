@@ -279,7 +279,8 @@ def build_notebook(release_path: Path, student_path: Path | None, outcome, gb_in
     for lab in labels:
         if lab is not None:
             counts[lab[:80]] = counts.get(lab[:80], 0) + 1
-    for err in outcome.cell_errors or []:
+    from autograder.protocol import bound_cell_errors
+    for err in bound_cell_errors(outcome.cell_errors):
         lab = err.get("label", "")
         if counts.get(lab) == 1:
             i = next(i for i, x in enumerate(labels) if x is not None and x[:80] == lab)

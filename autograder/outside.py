@@ -1,7 +1,7 @@
 """The benchmark, timed from outside the submission's process (the grader holds the clock).
 
 When the harness reaches a benchmark cell it builds the student's module, says ``ready`` on the
-reply pipe and waits for requests on its job pipe (``harness._serve``); the conversation around
+reply pipe and waits for requests on its job pipe (``autograder/inside/harness.py``, ``_serve``); the conversation around
 it is :mod:`autograder.protocol`'s. Here, in the grader:
 
 1. ``ping`` a few times (build the input, send back zeros of the output's shape): the cost of a

@@ -1,5 +1,5 @@
 """The grader's side of the conversation with one sandboxed notebook (the harness's is in
-``harness.py``). Everything the sandbox says arrives here, over pipes, bounded; nothing is read
+``autograder/inside/harness.py``). Everything the sandbox says arrives here, over pipes, bounded; nothing is read
 from files the sandbox could write.
 
 Two pipes:
@@ -35,6 +35,16 @@ from dataclasses import dataclass, field
 from coursekit.checks import wire
 
 BUDGET = 256 << 20  # bytes one submission may send back, all frames together
+#: Text a student's code wrote, as the outputs show it. An error raised by a cell: at most
+#: CELL_ERROR_CHARS characters each (the harness cuts it there, and so does the grader), at most
+#: CELL_ERRORS_CHARS for all of a notebook's together; the errors past that are summarized as
+#: "N more cells raised errors" (:func:`bound_cell_errors`: results.json, the feedback page, the
+#: autograded notebook). The tail of the submission's stdout and stderr: OUTPUT_TAIL_CHARS, kept
+#: in results.json only (for the instructor; never in the feedback or the autograded notebook).
+CELL_ERROR_CHARS = 300
+CELL_ERRORS_CHARS = 2000
+OUTPUT_TAIL_CHARS = 4000
+CELL_LABEL_CHARS = 80  # a cell's label (the grader's words, or the first line of the student's cell)
 STEP_GRACE_S = 30.0  # beyond the harness's own cell alarm, before the grader stops waiting
 EXIT_GRACE_S = 10.0  # after ``bye``, before the grader kills what is left of the sandbox
 
@@ -92,6 +102,34 @@ class Channel:
             raise Closed(f"a malformed message came back ({type(e).__name__})") from None
 
 
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "\u2026"
+
+
+def bound_cell_errors(errors) -> list[dict]:
+    """``errors`` (``[{"label", "error"}]``) as the outputs show them: each error cut at
+    :data:`CELL_ERROR_CHARS`, all of them within :data:`CELL_ERRORS_CHARS`, the ones past that
+    counted in a last entry ``{"label": "more errors", "error": "N more cells raised errors",
+    "more": N}``. Bounding a bounded list changes nothing, so every place that shows them applies it."""
+    out, used, more = [], 0, 0
+    for e in errors if isinstance(errors, list) else []:
+        if not isinstance(e, dict):
+            continue
+        if "more" in e:  # the summary of an earlier bound
+            more += e["more"] if type(e["more"]) is int and e["more"] > 0 else 1
+            continue
+        err = _clip(str(e.get("error", "")), CELL_ERROR_CHARS)
+        if more or used + len(err) > CELL_ERRORS_CHARS:
+            more += 1
+            continue
+        used += len(err)
+        out.append({"label": _clip(str(e.get("label", "")), CELL_LABEL_CHARS), "error": err})
+    if more:
+        out.append({"label": "more errors", "error": f"{more} more cell{'s' if more > 1 else ''} raised "
+                    f"error{'s' if more > 1 else ''} (not shown)", "more": more})
+    return out
+
+
 def send(stdin, obj) -> None:
     try:
         stdin.write((json.dumps(obj) + "\n").encode())
@@ -108,7 +146,7 @@ class Transcript:
     finished: bool = False  # every step answered and ``bye`` received
     records: dict = field(default_factory=dict)  # test index -> record (checked shape)
     served: dict = field(default_factory=dict)  # test index -> benchmark measurement or message
-    cell_errors: list = field(default_factory=list)  # {"label", "error"}
+    cell_errors: list = field(default_factory=list)  # {"label", "error"}, bounded: bound_cell_errors
     disk_full: bool = False  # a cell ended with the sandbox's writable space full
     broke: str = ""  # why the conversation stopped early, in the grader's words
     #: seconds spent, by phase (grader's clock): "start" (sandbox and interpreter up, until
@@ -137,7 +175,7 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
         return msg, arrays
 
     try:
-        send(stdin, job)
+        send(stdin, dict(job, cell_error_chars=CELL_ERROR_CHARS))  # the harness cuts there too
         expect("hello", None, step_s)
         spent("start")
         for n, step in enumerate(steps):
@@ -145,8 +183,8 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
             if step["kind"] == "cell":
                 msg, _ = expect("cell", n, step_s)
                 if msg.get("error"):
-                    tr.cell_errors.append({"label": str(step.get("label", ""))[:80],
-                                           "error": str(msg["error"])[:600]})
+                    tr.cell_errors.append({"label": _clip(str(step.get("label", "")), CELL_LABEL_CHARS),
+                                           "error": _clip(str(msg["error"]), CELL_ERROR_CHARS)})
                 tr.disk_full = tr.disk_full or msg.get("full") is True
                 spent("cells")
             else:
@@ -177,4 +215,5 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
         tr.broke = "no answer from the notebook's process in time"
     except Closed as e:
         tr.broke = str(e)
+    tr.cell_errors = bound_cell_errors(tr.cell_errors)
     return tr

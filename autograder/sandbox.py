@@ -11,7 +11,8 @@ What the sandbox is (``bwrap`` arguments built by :func:`bwrap_argv`):
 * new namespaces for everything bwrap supports (``--unshare-all``: user, pid, net, ipc, uts,
   cgroup where possible): no network but a private loopback, its own pid 1, its own hostname;
 * a filesystem made of read-only binds of only what Python needs (``/usr``, the interpreter's
-  prefix, the virtual environment, the ``course`` package), a fresh ``/proc``, a minimal ``/dev``,
+  prefix, the virtual environment, the ``course`` package, but an empty read-only folder over its
+  ``hidden/``: the hidden checks come as compiled code, :func:`hidden_code`), a fresh ``/proc``, a minimal ``/dev``,
   and two size-limited tmpfs, the only writable places: the working directory (``$HOME``) and
   ``/tmp``. Nothing of the host is writable; the repository, ``solutions/``, the gradebook, other
   students' files and the instructor's home are simply not there. Results leave over pipes only
@@ -46,10 +47,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HARNESS = Path(__file__).resolve().parent / "harness.py"
-ZYGOTE = Path(__file__).resolve().parent / "zygote.py"
+#: what runs inside the sandbox (:mod:`autograder.inside`): bound read-only as ``/grader``
+INSIDE = Path(__file__).resolve().parent / "inside"
+HARNESS, ZYGOTE = INSIDE / "harness.py", INSIDE / "zygote.py"
 #: where things appear inside the sandbox
-WORK, HARNESS_IN, ZYGOTE_IN = "/home/student", "/grader/harness.py", "/grader/zygote.py"
+WORK, INSIDE_IN = "/home/student", "/grader"
+HARNESS_IN, ZYGOTE_IN = f"{INSIDE_IN}/harness.py", f"{INSIDE_IN}/zygote.py"
 #: uids the sandbox runs as when the grader is root, one per concurrent job (none is a host user)
 SANDBOX_UIDS = range(61000, 61256)
 
@@ -123,7 +126,7 @@ def gpu_library_dirs(ld_library_path: str | None = None) -> list[str]:
 
 def _ro_sources(course_dir: Path, gpu: bool = False) -> list[tuple[str, str]]:
     """(host path, path inside) of every read-only bind: system dirs, the interpreter, the venv,
-    the course package, the harness; with ``gpu``, the driver's library folders too."""
+    the course package, what runs inside (``autograder/inside/``); with ``gpu``, the driver's library folders too."""
     pairs = [(p, p) for p in ("/usr", "/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives")]
     for p in {sys.base_prefix, sys.prefix, os.path.realpath(sys.base_prefix)}:
         pairs.append((p, p))
@@ -136,11 +139,50 @@ def _ro_sources(course_dir: Path, gpu: bool = False) -> list[tuple[str, str]]:
     # ...and the student runtime beside it (coursekit: the check framework and visible checks)
     kit = course_dir.parent / "coursekit"
     pairs.append((str(kit), str(kit)))
-    pairs.append((str(HARNESS), HARNESS_IN))
-    pairs.append((str(ZYGOTE), ZYGOTE_IN))
+    pairs.append((str(INSIDE), INSIDE_IN))  # the harness and the zygote (autograder/inside/)
     if gpu:
         pairs += [(d, d) for d in gpu_library_dirs()]
     return [(src, dst) for src, dst in pairs if os.path.exists(src)]
+
+
+def _without_docstrings(tree):
+    """``tree`` (an ``ast.Module``) without the docstrings of the module, its classes and functions."""
+    import ast
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.copy_location(ast.Pass(), body[0])]
+    return tree
+
+
+def hidden_code(course_dir: Path = ROOT / "course") -> dict:
+    """The hidden checks (``course/hidden/``) as the sandbox gets them: ``{module name: {"package":
+    bool, "code": base64 of the marshalled code object}}``, compiled here, in the grader, without
+    their docstrings and under a file name no file has (:data:`coursekit.checks.HIDDEN_FILENAME`).
+
+    The sandbox never sees ``course/hidden`` itself (:func:`bwrap_argv` hides it): the harness, or a
+    slot's zygote, registers these as the modules ``course.hidden.*`` before any student code runs
+    (``autograder/inside/harness.py``, ``install_hidden``). So the probes' compiled code is there,
+    as it must be to run, but no line of their source: not as a file, nor for ``linecache``,
+    ``inspect`` or a traceback. The sandbox runs this same interpreter, so ``marshal`` fits it."""
+    import ast
+    import base64
+    import marshal
+    from coursekit.checks import HIDDEN_FILENAME
+    base = Path(course_dir).resolve() / "hidden"
+    out = {}
+    for path in sorted(base.rglob("*.py")) if base.is_dir() else []:
+        rel = path.relative_to(base).with_suffix("").parts
+        if "__pycache__" in rel:
+            continue
+        package = rel[-1] == "__init__"
+        name = ".".join(("course", "hidden") + (rel[:-1] if package else rel))
+        tree = _without_docstrings(ast.parse(path.read_text(), str(path)))
+        code = compile(tree, HIDDEN_FILENAME.format(name), "exec", dont_inherit=True)
+        out[name] = {"package": package, "code": base64.b64encode(marshal.dumps(code)).decode()}
+    return out
 
 
 def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool = False, gpu: bool = False,
@@ -153,6 +195,9 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
     binds = []
     for i, (src, dst) in enumerate(_ro_sources(course_dir, gpu)):
         binds += ["--ro-bind", str(stage_dir(course_dir, gpu) / str(i)) if staged else src, dst]
+    if (course_dir / "hidden").is_dir():  # the hidden checks come as code over the job pipe (hidden_code)
+        hidden = str(course_dir / "hidden")
+        binds += ["--size", "4096", "--perms", "0555", "--tmpfs", hidden, "--remount-ro", hidden]
     devices = gpu_device_binds(dev_root) if gpu else []
     libs = [d for d in gpu_library_dirs() if os.path.exists(d)] if gpu else []
     links = []
@@ -186,7 +231,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         "--setenv", "OMP_NUM_THREADS", str(limits.threads),
         "--setenv", "MKL_NUM_THREADS", str(limits.threads),
         # torch.cuda.is_available() asks NVML instead of initializing the CUDA driver: the grading
-        # slot's zygote (autograder/zygote.py) forks a child per submission, and a process that
+        # slot's zygote (autograder/inside/zygote.py) forks a child per submission, and a process that
         # initialized CUDA before fork() cannot use it in the child
         "--setenv", "PYTORCH_NVML_BASED_CUDA_CHECK", "1",
         *(["--setenv", "LD_LIBRARY_PATH", ":".join(libs)] if libs else []),

@@ -1,5 +1,5 @@
 """Grading slots: one long-lived sandbox per concurrent job, holding a pre-imported interpreter
-(:mod:`autograder.zygote`) that forks a fresh sandbox for each submission.
+(:mod:`autograder.inside.zygote`) that forks a fresh sandbox for each submission.
 
 Starting Python and importing torch, ``torch._dynamo`` and IPython costs seconds per submission;
 forking a process that already imported them costs milliseconds. A :class:`Slot` starts the
@@ -34,7 +34,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from autograder.sandbox import (ROOT, ZYGOTE_IN, Limits, Result, SandboxUnavailable, _preexec,
-                                _Tail, _user_process_count, bwrap_argv, sandbox_uid, staged_sources)
+                                _Tail, _user_process_count, bwrap_argv, hidden_code, sandbox_uid,
+                                staged_sources)
 
 START_S = 180.0  # the zygote's imports, on a loaded machine
 ZYGOTE_CPU_S = 86400  # RLIMIT_CPU of the zygote itself; each submission's child gets Limits.cpu_s
@@ -93,7 +94,7 @@ class Slot:
         out_r, out_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd="/",
+                argv, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w, cwd="/",
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, close_fds=True,
                 pass_fds=(theirs.fileno(),),
                 # the zygote lives for many submissions: its own CPU limit is a day's, each child
@@ -107,6 +108,17 @@ class Slot:
             theirs.close()
         self.tail = _Tail(out_r, 16 << 10)
         self.tail.start()
+        # the hidden checks, as code: the sandbox has no file of them (sandbox.hidden_code); written
+        # from a thread, so a zygote that never reads its stdin costs START_S, not a hang
+        payload = (json.dumps({"hidden": hidden_code(self.course_dir)}) + "\n").encode()
+
+        def write(stdin=self.proc.stdin):
+            with contextlib.suppress(OSError, ValueError):
+                stdin.write(payload)
+            with contextlib.suppress(OSError, ValueError):
+                stdin.close()
+
+        threading.Thread(target=write, daemon=True).start()
         msg = self._recv(START_S)
         if not (isinstance(msg, dict) and msg.get("ready") is True):
             raise SandboxUnavailable("the grading sandbox's interpreter did not start: "

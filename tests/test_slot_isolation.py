@@ -1,4 +1,4 @@
-"""A grading slot's children (:mod:`autograder.slots`, :mod:`autograder.zygote`) against submissions
+"""A grading slot's children (:mod:`autograder.slots`, :mod:`autograder.inside.zygote`) against submissions
 that try to leave their sandbox, reach the pre-imported interpreter they were forked from, or leave
 something behind for the next submission of the same slot.
 
@@ -132,6 +132,22 @@ def attempts(slot):
     res, tr = run_cell(slot, ATTEMPTS)
     assert tr.finished, (tr.broke, res.output)
     return report(res)
+
+
+SEEDS = r'''
+import json, random
+import numpy, torch
+print("RESULT " + json.dumps({"torch": torch.initial_seed(), "torch_draw": torch.rand(1).item(),
+                              "numpy": numpy.random.random(), "random": random.random()}))
+'''
+
+
+def test_each_submission_of_a_slot_gets_fresh_random_seeds(slot):
+    """torch, numpy and Python's random are reseeded in each child: two submissions forked from the same
+    zygote do not draw the same numbers (nor could one tell what the next will draw)."""
+    first, second = (report(run_cell(slot, SEEDS)[0]) for _ in range(2))
+    for k in ("torch", "torch_draw", "numpy", "random"):
+        assert first[k] != second[k], (k, first, second)
 
 
 def test_child_has_no_capability_and_no_new_privileges(attempts):

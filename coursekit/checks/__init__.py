@@ -51,6 +51,11 @@ HIDDEN_MODULES = (
     "course.hidden.backward",
 )
 
+#: the file name the hidden checks' code carries inside the course grader's sandbox, where their
+#: source is not (``autograder/inside/harness.py``, ``install_hidden``): a name no file has, so
+#: no traceback, ``linecache`` or ``inspect`` finds a line of them there
+HIDDEN_FILENAME = "<hidden check {}>"
+
 
 class CheckFailed(AssertionError):
     """A check's verdict: the message says what is wrong, in the student's terms."""
@@ -129,7 +134,7 @@ def get(grade_id: str) -> Check:
 
 def _student_frame(tb) -> str:
     """The last traceback line that is not course code: where in the student's code it broke."""
-    ours = ("/course/", "/coursekit/")
+    ours = ("/course/", "/coursekit/", HIDDEN_FILENAME.split("{")[0])
     frames = [f for f in traceback.extract_tb(tb) if not any(p in f.filename.replace("\\", "/") for p in ours)]
     if not frames:
         return ""

@@ -16,8 +16,10 @@ it stands and sends the record. Nothing here decides a score: the grader judges 
 treats anything missing, malformed or out of turn as a failure.
 
 Before any student code runs, the harness moves its pipes to high descriptor numbers, points
-stdin at ``/dev/null``, and makes torch's built-in normalization kernels raise for the exercises
-that forbid them.
+stdin at ``/dev/null``, registers the hidden checks from the code the grader sent (``"hidden"`` in
+the job's settings, or, in a grading slot, to the zygote at its start: the sandbox has no file of
+them, :func:`install_hidden`), and makes torch's built-in normalization kernels raise for the
+exercises that forbid them.
 """
 import json
 import os
@@ -88,9 +90,43 @@ def _writable_full(paths=("/home/student", "/tmp", "/dev/shm")) -> bool:
     return False
 
 
+class _HiddenChecks:
+    """A finder and loader on ``sys.meta_path`` for the hidden checks, ``course.hidden.*``: serves the
+    code objects the grader compiled (:func:`autograder.sandbox.hidden_code`) in place of files the
+    sandbox does not have. It holds no source and has no ``get_source``: ``linecache``,
+    ``inspect`` and tracebacks find no line of them."""
+
+    def __init__(self, codes):
+        self._codes = codes  # module name -> (is a package, code object)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self._codes:
+            return None
+        from importlib.util import spec_from_loader
+        return spec_from_loader(name, self, is_package=self._codes[name][0])
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        exec(self._codes[module.__name__][1], module.__dict__)  # noqa: S102 -- the grader's own code
+
+
+def install_hidden(hidden):
+    """Make the hidden checks importable from the code the grader sent (``{name: {"package": bool,
+    "code": base64 of marshal}}``; see :func:`autograder.sandbox.hidden_code`), before any student
+    code runs. Nothing (an empty dict or None): the course has none, or this runs unsandboxed."""
+    if not hidden:
+        return
+    import base64
+    import marshal
+    codes = {name: (bool(m["package"]), marshal.loads(base64.b64decode(m["code"]))) for name, m in hidden.items()}
+    sys.meta_path.insert(0, _HiddenChecks(codes))
+
+
 def preload():
     """Import what the harness uses before student code runs (the zygote calls this once, before it
-    forks a child per submission: :mod:`autograder.zygote`). torch's first ``__torch_function__``
+    forks a child per submission: :mod:`autograder.inside.zygote`). torch's first ``__torch_function__``
     imports ``torch._dynamo`` (a second or more), so it is imported here too."""
     import torch
     import torch._dynamo  # noqa: F401
@@ -123,6 +159,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     os.close(null)
     lines = Lines(ctrl)
     job = lines.next()
+    install_hidden(job.pop("hidden", None))  # a one-off sandbox: the hidden checks come with the job
 
     sys.stdout = _CappedText(sys.stdout)
     sys.stderr = _CappedText(sys.stderr)
@@ -167,6 +204,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     shell.user_ns["__name__"] = "__main__"
     shell.enable_gui = lambda gui=None: None  # %matplotlib inline: plots go nowhere (MPLBACKEND=Agg)
     cell_s = float(job.get("cell_s", 120))
+    error_chars = int(job.get("cell_error_chars", 300))  # autograder.protocol.CELL_ERROR_CHARS
     test_s = float(job.get("test_s", max(cell_s, 120)))
     probed = {}  # name -> the objects the correctness tests found under it (the benchmark times those)
 
@@ -190,7 +228,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             send(pack({"event": "cell", "n": n, "full": _writable_full(),
-                       "error": None if err is None else f"{type(err).__name__}: {str(err)[:500]}"}))
+                       "error": None if err is None else _error_text(err, error_chars)}))
             continue
         gid = step["grade_id"]
         check = tests.get(gid)
@@ -235,6 +273,15 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     send(pack({"event": "bye"}))
     sys.__stdout__.flush()
     os._exit(0)  # no atexit hooks, no finalizers a submission may have registered
+
+
+def _error_text(err, n):
+    """``Type: message`` of a cell's error, at most ``n`` characters (the grader cuts it again)."""
+    try:
+        text = f"{type(err).__name__}: {str(err)[: n + 1]}"
+    except BaseException as e:  # noqa: BLE001 -- a student's exception whose __str__ raises
+        text = f"{type(err).__name__}: (its message could not be read: {type(e).__name__})"
+    return text if len(text) <= n else text[: n - 1] + "\u2026"
 
 
 def _pinned(check, ns, probed):

@@ -4,7 +4,9 @@ before any student code runs (the grader's side is :mod:`autograder.slots`).
 
 Started as ``python /grader/zygote.py SOCKET_FD TMP_MB CPU_S`` inside the same bubblewrap sandbox as a
 one-off submission (:func:`autograder.sandbox.bwrap_argv`: unprivileged uid, no capability,
-read-only root, no network). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
+read-only root, no network). Its stdin brings one JSON line, ``{"hidden": ...}``: the hidden
+checks' code (:func:`autograder.sandbox.hidden_code`), registered before anything is imported
+(the sandbox has no file of them). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
 are JSON; the grader sends::
 
     {"op": "fork", "id": n}  + three descriptors: the job pipe's read end, the reply pipe's write end, the
@@ -30,7 +32,8 @@ child (:func:`_enter`):
    kernel allows it, drops every capability (bounding set, ambient, effective, permitted), sets
    ``no_new_privs`` and the submission's own CPU-seconds limit: mounts inherited from the slot are locked, and without
    ``CAP_SYS_ADMIN`` it cannot unmount its own tmpfs or ``/proc`` either;
-5. keeps only its three pipes, then runs :func:`harness.main`.
+5. keeps only its three pipes, reseeds torch's, numpy's and Python's global generators
+   (:func:`_reseed`), then runs :func:`harness.main`.
 
 The zygote is not dumpable (``PR_SET_DUMPABLE`` 0), so even a process of the same uid that could
 name it could not trace it or read its memory.
@@ -200,6 +203,19 @@ def _fork(tries: int = 50) -> int:
     return os.fork()
 
 
+def _reseed():
+    """Fresh seeds for this submission's global generators: a fork would repeat the zygote's state in
+    every child, so one submission's draws would tell the next one's. numpy's and Python's from the
+    OS (as a fresh interpreter seeds them); torch's too (a fresh interpreter starts it from a
+    constant), from ``os.urandom``; CUDA's generators follow torch's lazily, without starting CUDA."""
+    import random
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+
+
 def _run_child(sock, fds, tmp_mb, cpu_s, status_w, harness):
     """In the forked child: never returns."""
     code = 70
@@ -217,8 +233,7 @@ def _run_child(sock, fds, tmp_mb, cpu_s, status_w, harness):
                     os.close(fd)
                 except OSError:
                     pass
-        if "numpy" in sys.modules:  # a fresh interpreter seeds numpy's global generator from the OS;
-            sys.modules["numpy"].random.seed()  # a fork would repeat the zygote's (Python's random reseeds itself)
+        _reseed()
         harness.main(reply_w, job_r)
     except BaseException as e:  # noqa: BLE001 -- the grader sees the message and a crashed row
         try:
@@ -293,10 +308,29 @@ def _one(sock, fds, req, harness):
     _send(sock, {"exit": code, "id": req.get("id")})
 
 
+def _read_hidden():
+    """The hidden checks' code, one JSON line on stdin from the grader (:class:`autograder.slots.Slot`),
+    read to its end; stdin is ``/dev/null`` afterwards."""
+    chunks = []
+    while True:
+        chunk = os.read(0, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    data = b"".join(chunks).strip()
+    return json.loads(data).get("hidden") if data else None
+
+
 def main():
     sock = socket.socket(fileno=int(sys.argv[1]))
     tmp_mb, cpu_s = int(sys.argv[2]), int(sys.argv[3])
+    hidden = _read_hidden()
     import harness  # beside this file in /grader
+    harness.install_hidden(hidden)
+    del hidden
     harness.preload()
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     _send(sock, {"ready": True})
