@@ -13,12 +13,13 @@ already prove for every exercise.
 from __future__ import annotations
 
 import functools
+import types
 
 import pytest
 import torch
 
 from coursekit.checks import CheckFailed, get
-from coursekit.checks.backward import (AutogradSpy, SAVED_CASES, call_by_hand, saved_probe)
+from coursekit.checks.backward import (FUSED, AutogradSpy, SAVED_CASES, call_by_hand, saved_probe)
 from course.release import ROOT
 from notebook_ns import code_ns, grade_ids, outcome, solution_ns
 from tools.make_submission import fixtures
@@ -77,6 +78,66 @@ def test_the_solution_saves_exactly_h_weight_and_a_float32_rstd():
         assert not got["attrs"]
         assert sum(t.numel() * t.element_size() for t in got["saved"]) == rows * d * elem + d * elem + rows * 4
         assert sorted(str(t.dtype) for t in got["saved"] if t.numel() == rows) == ["torch.float32"]
+        # measured: the storages alive after forward are exactly the saved ones
+        assert sum(k["nbytes"] for k in got["kept"]) == rows * d * elem + d * elem + rows * 4, got["kept"]
+        assert {k["where"] for k in got["kept"]} == {"saved"}
+
+
+def _hiding(place: str):
+    """A FusedAddRMSNorm that saves h, weight and rstd honestly and keeps a float32 x_hat
+    somewhere else as well (``place``), for backward to read."""
+    box = []
+    base = _solution()[FUSED]
+
+    class Hider(torch.autograd.Function):
+        stash = None
+
+        @staticmethod
+        def forward(ctx, x, residual, weight, eps, _default=[]):
+            h = x + residual
+            hf = h.to(torch.promote_types(h.dtype, torch.float32))
+            rstd = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+            y = (hf * rstd * weight).to(h.dtype)
+            x_hat = hf * rstd
+            if place != "view":
+                ctx.save_for_backward(h, weight, rstd)
+            if place == "closure":
+                box.append(x_hat)
+            elif place == "class attribute":
+                Hider.stash = x_hat
+            elif place == "default argument":
+                _default.append(x_hat)
+            elif place == "storage alone":
+                box.append(x_hat.untyped_storage())
+            elif place == "ctx, three deep":
+                ctx.deep = ({"a": [x_hat]},)
+            elif place == "object on ctx":
+                ctx.obj = types.SimpleNamespace(inner=types.SimpleNamespace(t=x_hat))
+            elif place == "view":
+                buf = torch.cat([h.reshape(-1), h.reshape(-1)])
+                ctx.save_for_backward(buf[: h.numel()].view(h.shape), weight, rstd)
+            return y, h
+
+        backward = base.backward
+
+    return {FUSED: Hider}
+
+
+HIDING = ("closure", "class attribute", "default argument", "storage alone", "ctx, three deep", "object on ctx",
+          "view")
+
+
+@pytest.mark.parametrize("place", HIDING)
+def test_what_forward_keeps_anywhere_is_measured(place):
+    """Every place a forward can keep x_hat is counted, and a view counts as its whole buffer."""
+    msg = outcome("fused_add_rmsnorm_saves_little", _hiding(place))
+    assert msg is not None, place
+    if place.startswith("ctx") or place == "object on ctx":
+        assert "keeps tensors as attributes of ctx" in msg, msg
+    elif place == "view":
+        assert "a view of a bigger buffer" in msg, msg
+    else:
+        assert "keeps tensors alive outside ctx" in msg, msg
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU report")

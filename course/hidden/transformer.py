@@ -13,7 +13,8 @@ from coursekit.checks.seeded import DTYPE, Parts, block_formula, dropped_pattern
 from coursekit.checks.transformer import (D, FF, H, SHAPE, _judge_block, _judge_stack, _probe_block,
                                           _probe_pre_and_post, _probe_stack, _stack_cases, block_suspects,
                                           block_values, build_block, build_stack, causal_mask, expected_block,
-                                          inputs, layers_of, padding_mask, run_layers, stack_values)
+                                          inputs, layers_of, no_torch_layers, padding_mask, run_layers,
+                                          stack_values, TORCH_LAYER_NAMES)
 
 
 DROPOUT_ON_STREAM = "dropout is applied to the residual stream (x + sublayer); it belongs on the sublayer's output only"
@@ -22,7 +23,8 @@ DROPOUT_ON_STREAM = "dropout is applied to the residual stream (x + sublayer); i
 DROPOUT_IN_EVAL = "dropout is still active in eval mode: use nn.Dropout (it is off after .eval())"
 
 
-@register("transformer_block_postnorm_matches_torch", needs=("TransformerBlock",))
+@register("transformer_block_postnorm_matches_torch", needs=("TransformerBlock",), forbidden_names=TORCH_LAYER_NAMES)
+@no_torch_layers("TransformerBlock")
 class BlockPostNorm:
     """A post-norm TransformerBlock computes what nn.TransformerEncoderLayer(norm_first=False, activation='gelu') computes"""
 
@@ -44,7 +46,8 @@ def _rms_suspects(vals, x, norm_first):
     return out
 
 
-@register("transformer_block_rms", needs=("TransformerBlock",))
+@register("transformer_block_rms", needs=("TransformerBlock",), forbidden_names=TORCH_LAYER_NAMES)
+@no_torch_layers("TransformerBlock")
 class BlockRMS:
     """With norm='rms' both norms of the block are RMSNorm with eps 1e-6 (pre-norm and post-norm)"""
 
@@ -60,7 +63,8 @@ class BlockRMS:
         _judge_block(out[1], False, "rms", RMS_CASES[:1], lambda v, x: _rms_suspects(v, x, False))
 
 
-@register("transformer_block_padding_mask", needs=("TransformerBlock",))
+@register("transformer_block_padding_mask", needs=("TransformerBlock",), forbidden_names=TORCH_LAYER_NAMES)
+@no_torch_layers("TransformerBlock")
 class BlockPaddingMask:
     """key_padding_mask reaches the attention: changing padded tokens leaves the other outputs unchanged, as in torch"""
 
@@ -93,7 +97,8 @@ class BlockPaddingMask:
             expect_close(y2[keep], expected, what=what + ", after changing the padded tokens (attention must skip them)")
 
 
-@register("transformer_block_dropout", needs=("TransformerBlock",))
+@register("transformer_block_dropout", needs=("TransformerBlock",), forbidden_names=TORCH_LAYER_NAMES)
+@no_torch_layers("TransformerBlock")
 class BlockDropout:
     """Dropout acts on each sublayer's output before its residual add, in train mode only"""
 
@@ -164,7 +169,8 @@ def _masked_multiple(y, full) -> bool:
     return bool(k.min() > 1 and torch.allclose(k, k[0].expand_as(k), rtol=1e-7, atol=0))
 
 
-@register("transformer_stack_postnorm_matches_torch", needs=("TransformerStack",))
+@register("transformer_stack_postnorm_matches_torch", needs=("TransformerStack",), forbidden_names=TORCH_LAYER_NAMES)
+@no_torch_layers("TransformerStack")
 class StackPostNorm:
     """A post-norm TransformerStack equals its blocks applied in turn with no final norm, as torch's layers"""
 
@@ -172,7 +178,8 @@ class StackPostNorm:
     judge = staticmethod(torch.no_grad()(lambda out: _judge_stack(out, _stack_cases(False))))
 
 
-@register("transformer_stack_rms", needs=("TransformerStack",))
+@register("transformer_stack_rms", needs=("TransformerStack",), forbidden_names=TORCH_LAYER_NAMES)
+@no_torch_layers("TransformerStack")
 class StackRMS:
     """With norm='rms' the stack's blocks and its final norm are RMSNorm with eps 1e-6"""
 
@@ -185,7 +192,8 @@ GRAD_NAMES = ("blocks.0.attn.in_proj_weight", "blocks.0.norm1.weight", "blocks.1
               "blocks.1.norm2.bias", "final_norm.weight", "final_norm.bias")
 
 
-@register("transformer_stack_gradients", needs=("TransformerStack",))
+@register("transformer_stack_gradients", needs=("TransformerStack",), forbidden_names=TORCH_LAYER_NAMES)
+@no_torch_layers("TransformerStack")
 class StackGradients:
     """Gradients through a pre-norm TransformerStack (float64, causal mask) match torch's, for the input and the weights"""
 

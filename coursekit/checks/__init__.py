@@ -74,6 +74,10 @@ class Check:
     #: what the check judges: "correctness" (values against torch), or "benchmark" (time against
     #: torch's; the course grader times it from outside the submission)
     kind: str = "correctness"
+    #: names of torch's own layers and functions (classes, ops) whose use costs this check its
+    #: points: the course grader's static scan reads them, the probe observes their use at run time
+    #: (last field: the harness copies checks positionally)
+    forbidden_names: frozenset = field(default_factory=frozenset)
 
 
 KINDS = ("correctness", "benchmark")
@@ -88,23 +92,25 @@ def frozen(mapping=(), **kw) -> MappingProxyType:
 
 
 def register_check(grade_id: str, doc: str, probe: Callable[[dict], Any], judge: Callable[[Any], None], *,
-                   needs: tuple = (), forbidden_ops=(), kind: str = "correctness") -> Check:
+                   needs: tuple = (), forbidden_ops=(), kind: str = "correctness", forbidden_names=()) -> Check:
     """Register a check from its two halves (e.g. a template that several checks share)."""
     if grade_id in REGISTRY:
         raise ValueError(f"check {grade_id!r} registered twice")
     if kind not in KINDS:
         raise ValueError(f"check {grade_id!r}: unknown kind {kind!r}")
     REGISTRY[grade_id] = Check(grade_id=grade_id, doc=doc, probe=probe, judge=judge,
-                               forbidden_ops=frozenset(forbidden_ops), needs=tuple(needs), kind=kind)
+                               forbidden_ops=frozenset(forbidden_ops), needs=tuple(needs), kind=kind,
+                               forbidden_names=frozenset(forbidden_names))
     return REGISTRY[grade_id]
 
 
-def register(grade_id: str, *, needs: tuple = (), forbidden_ops=(), kind: str = "correctness"):
+def register(grade_id: str, *, needs: tuple = (), forbidden_ops=(), kind: str = "correctness", forbidden_names=()):
     """Class decorator: the class holds ``probe`` and ``judge`` as static methods; its docstring is the doc."""
 
     def deco(cls):
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else grade_id
-        register_check(grade_id, doc, cls.probe, cls.judge, needs=needs, forbidden_ops=forbidden_ops, kind=kind)
+        register_check(grade_id, doc, cls.probe, cls.judge, needs=needs, forbidden_ops=forbidden_ops, kind=kind,
+                       forbidden_names=forbidden_names)
         return cls
 
     return deco

@@ -15,17 +15,24 @@ stops the call as soon as ``torch.autograd.grad``, ``torch.autograd.backward`` o
 message saying so. The grader's static scan cannot do this
 job: ``FusedAddRMSNorm`` itself must name ``torch.autograd.Function``.
 
-*Saved for backward*: the probe runs ``FusedAddRMSNorm``'s forward under
-``torch.autograd.graph.saved_tensors_hooks`` (every tensor given to ``ctx.save_for_backward``)
-and also returns the tensors the student hung on ``ctx`` as attributes (``ctx.x = x`` keeps
-``x`` alive just the same, unseen by the hooks). The judge bounds their bytes by ``h`` + ``weight``
-+ one float32 number per row.
+*Saved for backward*: measured, not looked for. The probe takes every tensor storage alive before
+``FusedAddRMSNorm``'s forward (the garbage collector's tensors), runs forward under
+``torch.autograd.graph.saved_tensors_hooks``, drops its own ``y`` and ``h``, and takes them again:
+the new storages, wherever forward keeps them (ctx at any depth, a global, a closure, a class
+attribute), plus every one given to ``ctx.save_for_backward`` (``weight`` among them), each counted
+whole (a view keeps its whole buffer), are what forward keeps. The judge bounds their bytes by
+``h`` + ``weight`` + one float32 number per row, and fails any tensor hung on ctx as an attribute.
 
 The benchmark (``backward_benchmark``) times FusedAddRMSNorm forward + backward against eager
 ``x + residual`` then ``F.rms_norm``, forward + backward: bfloat16 ``16384 x 4096`` on CUDA (with
 a ``torch.compile`` column), float32 ``1024 x 256`` on one CPU thread otherwise.
 """
 from __future__ import annotations
+
+import gc
+import types
+import warnings
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -460,28 +467,122 @@ SAVED_CASES = (  # seed, shape, dtype
 )
 
 
+#: how many objects the walk of ctx's attributes visits at most (containers nested in ctx)
+CTX_WALK_LIMIT = 100_000
+
+
+def _live_storages() -> dict:
+    """Every tensor storage the interpreter can reach now: ``data_ptr -> (nbytes, tensor)``.
+
+    Scans the objects the garbage collector tracks (tensors, and storages held on their own), so
+    it finds a tensor wherever it is referenced from: a module's globals, a closure, a class
+    attribute, a default argument, ctx at any depth, or only from C++ (a tensor whose Python
+    object torch preserves). A view counts as its whole base storage. The dict holds the
+    tensors, so no storage in it can be freed and its address reused while the caller keeps it.
+    """
+    found = {}
+    with warnings.catch_warnings(), torch._C.DisableTorchFunctionSubclass():
+        warnings.simplefilter("ignore")  # isinstance on torch's deprecated module proxies warns
+        for o in gc.get_objects():
+            kind = type(o)
+            if not (issubclass(kind, torch.Tensor) or issubclass(kind, torch.UntypedStorage)):
+                continue
+            try:
+                st = o if issubclass(kind, torch.UntypedStorage) else torch.Tensor.untyped_storage(o)
+                if st.device.type == "meta":
+                    continue
+                ptr, nbytes = st.data_ptr(), st.nbytes()
+            except Exception:  # noqa: BLE001 -- sparse, wrapper subclasses: no storage of their own
+                continue
+            if ptr == 0 or nbytes == 0:
+                continue
+            old = found.get(ptr)
+            if old is None or (isinstance(o, torch.Tensor) and
+                               (not isinstance(old[1], torch.Tensor) or o.numel() > old[1].numel())):
+                found[ptr] = (nbytes, o)
+    return found
+
+
+def _ctx_tensors(ctx) -> list:
+    """The tensors hung on ctx as attributes, inside containers at any depth (lists, tuples, sets,
+    dicts, objects' ``__dict__``), ``ctx.save_for_backward`` aside. Types, modules and functions
+    are not entered: they lead out of ctx to the whole program."""
+    found, seen, todo = [], set(), [vars(ctx)] if hasattr(ctx, "__dict__") else []
+    while todo and len(seen) < CTX_WALK_LIMIT:
+        o = todo.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if isinstance(o, torch.Tensor):
+            found.append(o)
+        elif isinstance(o, dict):
+            todo += list(o.keys()) + list(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            todo += list(o)
+        elif not isinstance(o, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                                types.MethodType, str, bytes, int, float, complex, bool)) \
+                and isinstance(getattr(o, "__dict__", None), dict):
+            todo.append(o.__dict__)
+    return found
+
+
+def _storage_of(t: torch.Tensor) -> tuple:
+    with torch._C.DisableTorchFunctionSubclass():
+        st = torch.Tensor.untyped_storage(t)
+        return st.data_ptr(), st.nbytes()
+
+
+def _seen_as(t) -> dict:
+    if isinstance(t, torch.Tensor):
+        return {"shape": list(t.shape), "dtype": str(t.dtype)[6:]}
+    return {"shape": [t.nbytes()], "dtype": "uint8"}  # a storage held on its own: its bytes
+
+
 def saved_probe(ns, cases) -> list:
-    """What FusedAddRMSNorm keeps alive between forward and backward, per case."""
+    """What FusedAddRMSNorm keeps alive between forward and backward, per case, *measured*.
+
+    The probe takes the storages alive before forward, runs forward under
+    ``saved_tensors_hooks``, drops its own y and h (it holds only the graph node), collects the
+    garbage and takes the storages alive again: every storage that is new, plus every one given to
+    ``ctx.save_for_backward`` (weight among them), is what forward keeps, wherever it keeps it.
+    Each counts whole (a view of a bigger buffer keeps the buffer), once.
+    """
     cls = fused_class(ns)
     out = []
     for seed, shape, dtype in cases:
         x, r, w, _, _ = fused_inputs(seed, shape, {}, dtype)
-        saved = []
+        packed = []
 
         def pack(t):
-            saved.append(t.detach().clone())
+            packed.append(weakref.ref(t))
             return t
 
         leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
+        gc.collect()
+        before = _live_storages()
         with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
-        ctx = y.grad_fn
-        attrs = [v.detach().clone() for v in vars(ctx).values() if isinstance(v, torch.Tensor)] if ctx is not None else []
-        for v in (vars(ctx).values() if ctx is not None else ()):
-            if isinstance(v, (list, tuple, dict)):
-                vals = v.values() if isinstance(v, dict) else v
-                attrs += [t.detach().clone() for t in vals if isinstance(t, torch.Tensor)]
-        out.append({"saved": saved, "attrs": attrs})
+        node = y.grad_fn
+        if node is None:
+            raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
+                              "inputs passed to it?")
+        del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
+        gc.collect()
+        after = _live_storages()
+        saved = [t for ref in packed if (t := ref()) is not None]
+        attrs = _ctx_tensors(node)
+        kept = {}
+        for label, ts in (("saved", saved), ("ctx", attrs)):  # new or not (weight existed before forward)
+            for t in ts:
+                ptr, nbytes = _storage_of(t)
+                kept.setdefault(ptr, {"nbytes": nbytes, **_seen_as(t), "where": label})
+        for ptr, (nbytes, o) in after.items():
+            if ptr not in before:
+                kept.setdefault(ptr, {"nbytes": nbytes, **_seen_as(o), "where": "elsewhere"})
+        out.append({"saved": [t.detach().clone() for t in saved],
+                    "attrs": [t.detach().clone() for t in attrs],
+                    "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"]))})
+        del node, saved, attrs, before, after
     return out
 
 
@@ -493,11 +594,46 @@ def _describe(ts) -> str:
     return ", ".join(f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in ts) or "nothing"
 
 
+KEPT_ITEM = {"nbytes": ANY, "shape": ANY, "dtype": ANY, "where": ANY}
+WHERE_KEPT = ("saved", "ctx", "elsewhere")
+
+
+def _numel(k) -> int:
+    n = 1
+    for s in k["shape"]:
+        n *= s
+    return n
+
+
+def _seen_bytes(k) -> int:
+    """The bytes of the tensor a kept storage was seen through (less than the storage: a view)."""
+    return _numel(k) * torch.empty((), dtype=getattr(torch, k["dtype"])).element_size()
+
+
+def _describe_kept(ks) -> str:
+    return ", ".join(f"{tuple(k['shape'])} {k['dtype']}" + (f" (a view of a {k['nbytes']}-byte buffer)"
+                                                            if k["nbytes"] > _seen_bytes(k) else "")
+                     for k in ks) or "nothing"
+
+
+def _expect_kept(kept) -> list:
+    if not isinstance(kept, list):
+        raise CheckFailed("the probe's record of saved tensors is malformed")
+    for k in kept:
+        expect_structure(k, KEPT_ITEM)
+        if not (type(k["nbytes"]) is int and k["nbytes"] > 0 and isinstance(k["shape"], list)
+                and all(type(s) is int and s >= 0 for s in k["shape"]) and k["where"] in WHERE_KEPT
+                and isinstance(k["dtype"], str) and isinstance(getattr(torch, k["dtype"], None), torch.dtype)):
+            raise CheckFailed("the probe's record of saved tensors is malformed")
+    return kept
+
+
 def saved_judge(out, cases) -> None:
-    for (seed, shape, dtype), got in paired(cases, out, {"saved": ANY, "attrs": ANY}):
+    for (seed, shape, dtype), got in paired(cases, out, {"saved": ANY, "attrs": ANY, "kept": ANY}):
         if not (isinstance(got["saved"], list) and isinstance(got["attrs"], list)):
             raise CheckFailed("the probe's record of saved tensors is malformed")
         ts = [expect_tensor(t, "a saved tensor") for t in got["saved"] + got["attrs"]]
+        kept = _expect_kept(got["kept"])
         d = shape[-1]
         rows = 1
         for s in shape[:-1]:
@@ -505,23 +641,32 @@ def saved_judge(out, cases) -> None:
         elem = torch.empty((), dtype=dtype).element_size()
         bound = rows * d * elem + d * elem + rows * 4
         where = f"{FUSED} on x of shape {tuple(shape)} ({str(dtype)[6:]})"
-        total = sum(_nbytes(t) for t in ts)
+        total = sum(k["nbytes"] for k in kept)
         if got["attrs"]:
             raise CheckFailed(f"{where} keeps tensors as attributes of ctx ({_describe(got['attrs'])}): "
                               "they stay alive until backward like saved ones, unseen by autograd's checks. "
                               "Save h, weight and rstd with ctx.save_for_backward, and nothing else")
-        big = [t for t in ts if t.numel() == rows * d]
+        big = [k for k in kept if _numel(k) == rows * d]
+        elsewhere = [k for k in kept if k["where"] == "elsewhere"]
+        views = [k for k in kept if k["nbytes"] > _seen_bytes(k)]
         if total > bound:
-            if len(big) > 1:
+            if elsewhere:
+                msg = (f"forward keeps tensors alive outside ctx ({_describe_kept(elsewhere)}: in a global, "
+                       "a closure, a class attribute?). They stay alive until backward like saved ones: save "
+                       "h, weight and rstd with ctx.save_for_backward, and nothing else")
+            elif views:
+                msg = (f"it saves a view of a bigger buffer ({_describe_kept(views)}): a view keeps its whole "
+                       "buffer alive. Save h, weight and rstd themselves")
+            elif len(big) > 1:
                 msg = ("it saves more than h among the (rows, D) tensors (x and residual, the normalized "
                        "output, or a float32 copy of h?): save h = x + residual alone, and recompute the "
                        "rest from h and rstd in backward")
-            elif big and big[0].dtype != dtype:
-                msg = f"it saves h in {str(big[0].dtype)[6:]}, not in h's own dtype: save h itself"
+            elif big and big[0]["dtype"] != str(dtype)[6:]:
+                msg = f"it saves h in {big[0]['dtype']}, not in h's own dtype: save h itself"
             else:
                 msg = "save only h, weight and rstd (one float32 number per row)"
-            raise CheckFailed(f"{where} saves {total} bytes for backward ({_describe(ts)}); h + weight + a float32 "
-                              f"rstd per row take {bound}: {msg}")
+            raise CheckFailed(f"{where} keeps {total} bytes alive for backward ({_describe_kept(kept)}); h + weight "
+                              f"+ a float32 rstd per row take {bound}: {msg}")
         per_row = [t for t in ts if t.numel() == rows and t.numel() != d]
         if not per_row:
             raise CheckFailed(f"{where} does not save rstd (one number per row) for backward ({_describe(ts)}): "

@@ -6,14 +6,28 @@ parameter names (``norm1``, ``attn``, ``norm2``, ``ffn.0``, ``ffn.3``; ``blocks.
 ``nn.TransformerEncoderLayer`` (``attn`` -> ``self_attn``, ``ffn.0``/``ffn.3`` ->
 ``linear1``/``linear2``) and torch's norms, and name the mistake from the outputs of known
 wrong blocks on the same input.
+
+*Torch's own layers*: the implementation checks (every check of the block's and the stack's values)
+give no points for a block that is torch's layer. Their probes run under :class:`TorchLayerWatch`,
+which observes, for the probe's duration, which of torch's transformer layers run (a global forward
+pre-hook), which are reachable from the modules that ran (a bounded walk of their attributes,
+containers, closures and classes, never a module's globals: a notebook's own comparison layer is
+not the block's), and whether the fused encoder-layer kernel runs (a dispatch-level recorder, which
+leaves ``nn.MultiheadAttention``'s fast path as it is). The record carries what it saw; the judge
+fails on any of it.
 """
 from __future__ import annotations
 
+import gc
+import types
+
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_pre_hook
 
 from coursekit.checks import CheckFailed, frozen, register
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
+from coursekit.checks.ops import _DispatchSpy
 from coursekit.checks.seeded import (Parts, as_module, block_formula, block_spec, load_into, make_norm,
                                      norm_spec, randn, torch_layer, values)
 
@@ -63,6 +77,147 @@ def stack_spec(n_layers: int, norm: str, norm_first: bool) -> list:
 
 def stack_values(seed: int, n_layers: int, norm: str, norm_first: bool) -> dict:
     return values(stack_spec(n_layers, norm, norm_first), seed + 700)
+
+
+# --------------------------------------------------------------------------------------------
+# Torch's own transformer layers, watched while an implementation check's probe runs
+# --------------------------------------------------------------------------------------------
+
+#: torch's transformer layers: a block that is one of them (or runs one) is not the student's block
+TORCH_LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.Transformer, nn.TransformerEncoder,
+                nn.TransformerDecoder)
+#: the kernels behind them (a whole encoder layer in one op); nn.MultiheadAttention's own
+#: (``_native_multi_head_attention``) stays allowed: the contract requires nn.MultiheadAttention
+TORCH_LAYER_OPS = frozenset({"_transformer_encoder_layer_fwd"})
+#: what the implementation checks forbid, by name (``Check.forbidden_names``, for the static scan)
+TORCH_LAYER_NAMES = frozenset(c.__name__ for c in TORCH_LAYERS) | TORCH_LAYER_OPS
+WALK_LIMIT = 200_000  # objects the reachability walk visits at most
+
+
+def _torch_layer_name(obj):
+    """The name of the torch layer class ``obj`` is an instance of (a subclass counts), or None."""
+    for c in type(obj).__mro__:
+        if c in TORCH_LAYERS:
+            return c.__name__
+    return None
+
+
+def _is_torch_or_builtin(cls) -> bool:
+    mod = getattr(cls, "__module__", "") or ""
+    return mod == "builtins" or mod == "torch" or mod.startswith("torch.")
+
+
+def reachable_torch_layers(roots, limit: int = WALK_LIMIT) -> set:
+    """Names of torch layers reachable from ``roots``: through attributes, containers, closures,
+    default arguments, bound methods and the attributes of the student's classes. Modules, the
+    globals of functions and torch's own classes are not entered (they lead to the whole program).
+    Visits at most ``limit`` objects."""
+    found, seen, todo = set(), set(), list(roots)
+    while todo and len(seen) < limit:
+        o = todo.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if isinstance(o, (types.ModuleType, str, bytes, int, float, complex, bool, type(None))):
+            continue
+        if isinstance(o, type):
+            if not _is_torch_or_builtin(o):
+                todo += list(vars(o).values())
+            continue
+        name = _torch_layer_name(o)
+        if name:
+            found.add(name)
+        if isinstance(o, types.FunctionType):
+            todo += [c.cell_contents for c in (o.__closure__ or ()) if _cell_full(c)]
+            todo += [o.__defaults__ or (), o.__kwdefaults__ or {}, o.__dict__]
+        elif isinstance(o, types.MethodType):
+            todo += [o.__self__, o.__func__]
+        elif isinstance(o, (staticmethod, classmethod)):
+            todo.append(o.__func__)
+        elif isinstance(o, property):
+            todo += [o.fget, o.fset, o.fdel]
+        else:
+            todo += gc.get_referents(o)
+    return found
+
+
+def _cell_full(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
+
+class TorchLayerWatch:
+    """``with TorchLayerWatch() as w: probe...`` then ``w.observed()``: the torch layers that ran,
+    those reachable from the modules that ran, and the fused encoder-layer ops that ran."""
+
+    def __enter__(self):
+        self.ran, self.modules, self.ops = set(), {}, set()
+        self._hook = register_module_forward_pre_hook(self._pre)
+        self._spy = _DispatchSpy(self.ops)
+        self._spy.__enter__()
+        return self
+
+    def _pre(self, module, args):
+        self.modules.setdefault(id(module), module)
+        name = _torch_layer_name(module)
+        if name:
+            self.ran.add(name)
+
+    def __exit__(self, *exc):
+        self._spy.__exit__(*exc)
+        self._hook.remove()
+        return False
+
+    def observed(self) -> dict:
+        return {"ran": sorted(self.ran), "reached": sorted(reachable_torch_layers(list(self.modules.values()))),
+                "ops": sorted(self.ops & TORCH_LAYER_OPS)}
+
+
+WATCHED = {"ran": ANY, "reached": ANY, "ops": ANY}
+
+
+def judge_torch_layers(seen, owner: str) -> None:
+    """Judge side of :class:`TorchLayerWatch`: fails when the student's code used torch's layers."""
+    expect_structure(seen, WATCHED)
+    if not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in seen.values()):
+        raise CheckFailed("the probe's record of torch's layers is malformed")
+    tail = (f"the {owner}'s implementation checks give no points for torch's own layer. Build the block from "
+            "the contract's submodules (norm1, attn, norm2, ffn) and write its forward yourself")
+    if seen["ran"]:
+        raise CheckFailed(f"your {owner} runs torch's {', '.join('nn.' + n for n in seen['ran'])} (its forward ran "
+                          f"during this test): {tail}")
+    if seen["ops"]:
+        raise CheckFailed(f"your {owner} calls torch's {', '.join(seen['ops'])} (torch's whole encoder layer in "
+                          f"one kernel): {tail}")
+    if seen["reached"]:
+        raise CheckFailed(f"your {owner} holds torch's {', '.join('nn.' + n for n in seen['reached'])} (reachable "
+                          f"from the modules that ran): {tail}")
+
+
+def no_torch_layers(owner: str):
+    """Class decorator, under ``@register``: the probe runs under :class:`TorchLayerWatch` and its
+    record carries what the watch saw; the judge fails on it before judging the values."""
+
+    def deco(cls):
+        probe, judge = cls.probe, cls.judge
+
+        def watched_probe(ns):
+            with TorchLayerWatch() as w:
+                out = probe(ns)
+            return {"value": out, "torch_layers": w.observed()}
+
+        def watched_judge(out):
+            expect_structure(out, {"value": ANY, "torch_layers": ANY})
+            judge_torch_layers(out["torch_layers"], owner)
+            judge(out["value"])
+
+        cls.probe, cls.judge = staticmethod(watched_probe), staticmethod(watched_judge)
+        return cls
+
+    return deco
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,7 +365,8 @@ def _judge_block(out, norm_first, norm="layer", cases=CASES, extra_suspects=None
                          what=f"the {first}-norm block's output (norm={norm!r}, {mode} mode)")
 
 
-@register("transformer_block_prenorm_matches_torch", needs=("TransformerBlock",))
+@register("transformer_block_prenorm_matches_torch", needs=("TransformerBlock",), forbidden_names=TORCH_LAYER_NAMES)
+@no_torch_layers("TransformerBlock")
 class BlockPreNorm:
     """A pre-norm TransformerBlock computes what nn.TransformerEncoderLayer(norm_first=True, activation='gelu') computes with the same weights"""
 
@@ -227,7 +383,8 @@ def _probe_pre_and_post(ns, seed, x, x2, **masks) -> list:
     return out
 
 
-@register("transformer_block_causal_mask", needs=("TransformerBlock",))
+@register("transformer_block_causal_mask", needs=("TransformerBlock",), forbidden_names=TORCH_LAYER_NAMES)
+@no_torch_layers("TransformerBlock")
 class BlockCausalMask:
     """attn_mask reaches the attention: with a causal mask, changing the last tokens leaves earlier outputs unchanged, as in torch"""
 
@@ -391,7 +548,8 @@ def _judge_stack(out, cases, norm="layer"):
         expect_close(y[keep], expected[keep], what=what, suspects={k: v[keep] for k, v in suspects.items()})
 
 
-@register("transformer_stack_prenorm_matches_torch", needs=("TransformerStack",))
+@register("transformer_stack_prenorm_matches_torch", needs=("TransformerStack",), forbidden_names=TORCH_LAYER_NAMES)
+@no_torch_layers("TransformerStack")
 class StackPreNorm:
     """A pre-norm TransformerStack equals its blocks applied in turn (masks passed on), then the final LayerNorm, as torch's layers"""
 
