@@ -12,14 +12,14 @@ from book.experiments import backward as bw
 pytestmark = pytest.mark.book
 
 
-def _no_projection(grad_out, x, weight, rstd):
+def _no_projection(x, weight, rstd, grad_out):
     """RMSNorm's backward without its projection term: r * g * w."""
     acc = rstd.dtype
     g, xf, w = grad_out.to(acc), x.to(acc), weight.to(acc)
     return (rstd * g * w).to(x.dtype), (g * xf * rstd).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
 
 
-def _no_mean_term(grad_out, x, weight, mean, rstd):
+def _no_mean_term(x, weight, mean, rstd, grad_out):
     """LayerNorm's backward without its mean term."""
     xhat = (x - mean) * rstd
     gh = grad_out * weight
@@ -72,7 +72,7 @@ def test_hand_backward_has_no_autograd_inside():
     x, w = torch.randn(4, 8), torch.ones(8)
     _, rstd = bw.rmsnorm_forward(x, w)
     with torch.no_grad():
-        gx, gw = bw.rmsnorm_backward(torch.randn(4, 8), x, w, rstd)
+        gx, gw = bw.rmsnorm_backward(x, w, rstd, torch.randn(4, 8))
     assert not gx.requires_grad and not gw.requires_grad
 
 
@@ -85,11 +85,11 @@ def test_statistics_are_float32_with_shape_rows_by_one(dtype):
     w, b = torch.ones(8, dtype=dtype), torch.zeros(8, dtype=dtype)
     y, rstd = bw.rmsnorm_forward(x, w)
     assert rstd.dtype == torch.float32 and rstd.shape == (2, 3, 1) and y.dtype == dtype
-    gx, gw = bw.rmsnorm_backward(torch.randn_like(x), x, w, rstd)
+    gx, gw = bw.rmsnorm_backward(x, w, rstd, torch.randn_like(x))
     assert gx.dtype == dtype and gx.shape == x.shape and gw.dtype == dtype and gw.shape == (8,)
     _, mean, rstd = bw.layernorm_forward(x, w, b)
     assert mean.dtype == rstd.dtype == torch.float32 and mean.shape == (2, 3, 1)
-    gx, gw, gb = bw.layernorm_backward(torch.randn_like(x), x, w, mean, rstd)
+    gx, gw, gb = bw.layernorm_backward(x, w, mean, rstd, torch.randn_like(x))
     assert (gx.dtype, gw.dtype, gb.dtype) == (dtype, dtype, dtype)
 
 
@@ -101,15 +101,15 @@ def test_bfloat16_backward_with_float32_statistics_is_at_the_rounding_floor():
     w = torch.ones(1024, dtype=torch.bfloat16)
     g = (x.float() + 0.05 * torch.randn(64, 1024, generator=gen)).bfloat16()
     _, r64 = bw.rmsnorm_forward(x.double(), w.double())
-    ref = bw.rmsnorm_backward(g.double(), x.double(), w.double(), r64)[0]
+    ref = bw.rmsnorm_backward(x.double(), w.double(), r64, g.double())[0]
     _, r32 = bw.rmsnorm_forward(x, w)
 
     def rel(t):
         return ((t.double() - ref).norm() / ref.norm()).item()
 
     floor = rel(ref.bfloat16())
-    assert rel(bw.rmsnorm_backward(g, x, w, r32)[0]) < 1.5 * floor
-    assert rel(bw.rmsnorm_backward(g, x, w, r32.bfloat16())[0]) > 5 * floor
+    assert rel(bw.rmsnorm_backward(x, w, r32, g)[0]) < 1.5 * floor
+    assert rel(bw.rmsnorm_backward(x, w, r32.bfloat16(), g)[0]) > 5 * floor
 
 
 # --- the fused add + RMSNorm ----------------------------------------------------------------------
@@ -133,9 +133,9 @@ class _DropsGradH(bw.FusedAddRMSNorm):
     """A wrong fused backward: it ignores the gradient arriving through the residual stream."""
 
     @staticmethod
-    def backward(ctx, grad_y, grad_h):
+    def backward(ctx, grad_h, grad_y):
         h, weight, rstd = ctx.saved_tensors
-        grad_norm, grad_w = bw.rmsnorm_backward(grad_y, h, weight, rstd)
+        grad_norm, grad_w = bw.rmsnorm_backward(h, weight, rstd, grad_y)
         return grad_norm, grad_norm, grad_w, None
 
 
@@ -149,7 +149,7 @@ def test_gradcheck_catches_an_ignored_grad_h():
 def test_fused_returns_h_equal_to_the_sum_and_y_in_h_dtype():
     """h is x + residual exactly; y has h's dtype and equals F.rms_norm(h) up to rounding."""
     x, r, w, _, _ = bw.make_inputs(16, 32, torch.bfloat16)
-    y, h = bw.FusedAddRMSNorm.apply(x, r, w, 1e-6)
+    h, y = bw.FusedAddRMSNorm.apply(x, r, w, 1e-6)  # the book's order: stream first
     assert torch.equal(h, x + r) and y.dtype == torch.bfloat16
     ref = torch.nn.functional.rms_norm(h.double(), (32,), w.double(), 1e-6)
     assert (y.double() - ref).abs().max() < 0.05
@@ -186,12 +186,12 @@ class _SavesX(bw.FusedAddRMSNorm):
         h = x + residual
         y, rstd = bw.rmsnorm_forward(h, weight, eps)
         ctx.save_for_backward(h, weight, rstd, x)
-        return y, h
+        return h, y
 
     @staticmethod
-    def backward(ctx, grad_y, grad_h):
+    def backward(ctx, grad_h, grad_y):
         h, weight, rstd, _ = ctx.saved_tensors
-        grad_norm, grad_w = bw.rmsnorm_backward(grad_y, h, weight, rstd)
+        grad_norm, grad_w = bw.rmsnorm_backward(h, weight, rstd, grad_y)
         return grad_h + grad_norm, grad_h + grad_norm, grad_w, None
 
 
@@ -203,7 +203,7 @@ class _SavesHTwice(_SavesX):
         h = x + residual
         y, rstd = bw.rmsnorm_forward(h, weight, eps)
         ctx.save_for_backward(h, weight, rstd, h.view(-1))
-        return y, h
+        return h, y
 
 
 def test_saved_bytes_counts_an_extra_tensor_and_dedups_a_shared_storage():

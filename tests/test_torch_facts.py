@@ -156,6 +156,37 @@ def test_naive_float16_rmsnorm_square_overflows_at_256_layernorm_at_deviation_25
     assert torch.isinf((wide - wide.mean()).pow(2).mean())
 
 
+def test_float16_mean_accumulates_in_float32_but_a_float16_sum_overflows_at_rms_11_5():
+    """Chapter 07: at D = 512 and an RMS of 11.5 (largest entry far below 256) the sum of the
+    float16 squares is inf once rounded to float16, while mean(x^2) is finite: torch's mean
+    accumulates and divides before rounding. The sum passes 65504 at an RMS of sqrt(65504/512)."""
+    unit = torch.randn(4, 512, generator=torch.Generator().manual_seed(0))
+    x = (unit / unit.pow(2).mean(-1, keepdim=True).sqrt() * 11.5).half()
+    assert x.abs().max().item() < 64
+    assert torch.isinf(x.pow(2).sum(-1)).all()
+    assert torch.isfinite(x.pow(2).mean(-1)).all()
+    assert x.pow(2).mean(-1).float().sub(11.5 ** 2).abs().max() < 1
+    y = x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) / 512 + 1e-6)
+    assert (y == 0).all()
+    assert math.sqrt(65504 / 512) == pytest.approx(11.31, abs=0.01)
+    at_11 = (unit / unit.pow(2).mean(-1, keepdim=True).sqrt() * 11.0).half()
+    assert torch.isfinite(at_11.pow(2).sum(-1)).all()
+
+
+def test_float16_row_with_underflowing_variance_gives_inf_not_nan():
+    """Chapter 07: with eps 1e-12 (0 in float16) a non-constant row whose squared deviations
+    underflow gives +-inf; a constant row gives NaN."""
+    def naive(x):
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt((x - mu).pow(2).mean(-1, keepdim=True) + torch.tensor(1e-12, dtype=x.dtype))
+
+    tiny = torch.tensor([[1e-4, -1e-4] * 4], dtype=torch.float16)
+    out = naive(tiny)
+    assert torch.isinf(out).all() and not torch.isnan(out).any()
+    assert (torch.sign(out) == torch.sign(tiny)).all()
+    assert torch.isnan(naive(torch.full((1, 8), 3.0, dtype=torch.float16))).all()
+
+
 def test_1e_12_flushes_to_zero_in_float16():
     """Chapters 07, 08, 09: BERT's eps 1e-12 becomes 0 in float16."""
     assert torch.tensor(1e-12, dtype=torch.float16).item() == 0.0

@@ -15,8 +15,13 @@ The statistics (``mean``, ``rstd``) are kept in float32, or in float64 for float
 arithmetic in the backward, and the results are cast back to the inputs' dtypes.
 
 :class:`FusedAddRMSNorm` is the residual add and the RMSNorm in one ``torch.autograd.Function``:
-``h = x + residual`` (the new residual stream) and ``y = RMSNorm(h) * w``. Its backward receives
-the gradients of both outputs and saves only ``h``, ``w`` and the per-row ``rstd``.
+``h = x + residual`` (the new residual stream) and ``y = RMSNorm(h) * w``, returned stream first,
+``(h, y)``. Its backward receives the gradients of both outputs and saves only ``h``, ``w`` and
+the per-row ``rstd``.
+
+The backward functions take their arguments in the order a Function's backward has them: what
+the forward saved (``x``, ``weight``, the statistics), then the gradient arriving at the output.
+(Exercise 05 asks for the same functions with the gradient first; the book's are not its answer.)
 :func:`saved_bytes` measures what an autograd graph keeps for its backward, through
 ``torch.autograd.graph.saved_tensors_hooks``. On the CPU the Function runs ordinary tensor
 operations (no custom kernel): what it changes is what is saved and how the backward is computed.
@@ -46,8 +51,9 @@ def rmsnorm_forward(x, weight, eps: float = 1e-6):
     return y.to(x.dtype), rstd
 
 
-def rmsnorm_backward(grad_out, x, weight, rstd):
-    """``(grad_x, grad_weight)`` of ``y = w * x * rstd``, by hand (no autograd)."""
+def rmsnorm_backward(x, weight, rstd, grad_out):
+    """``(grad_x, grad_weight)`` of ``y = w * x * rstd``, by hand (no autograd): the saved
+    tensors first, then the gradient arriving at ``y``."""
     acc = rstd.dtype
     g, xf, w = grad_out.to(acc), x.to(acc), weight.to(acc)
     gw = g * w                                       # dL/d(x r), per feature
@@ -71,8 +77,9 @@ def layernorm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     return y.to(x.dtype), mean, rstd
 
 
-def layernorm_backward(grad_out, x, weight, mean, rstd):
-    """``(grad_x, grad_weight, grad_bias)`` of ``y = w * (x - mean) * rstd + b``."""
+def layernorm_backward(x, weight, mean, rstd, grad_out):
+    """``(grad_x, grad_weight, grad_bias)`` of ``y = w * (x - mean) * rstd + b``: the saved
+    tensors first, then the gradient arriving at ``y``."""
     acc = rstd.dtype
     g, xf, w = grad_out.to(acc), x.to(acc), weight.to(acc)
     xhat = (xf - mean) * rstd
@@ -101,7 +108,7 @@ class HandRMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, rstd = ctx.saved_tensors
-        grad_x, grad_w = rmsnorm_backward(grad_y, x, weight, rstd)
+        grad_x, grad_w = rmsnorm_backward(x, weight, rstd, grad_y)
         return grad_x, grad_w, None
 
 
@@ -117,16 +124,16 @@ class HandLayerNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, mean, rstd = ctx.saved_tensors
-        return (*layernorm_backward(grad_y, x, weight, mean, rstd), None)
+        return (*layernorm_backward(x, weight, mean, rstd, grad_y), None)
 
 
 # --- fused residual add + RMSNorm ---------------------------------------------------------------
 
 class FusedAddRMSNorm(torch.autograd.Function):
-    """``(y, h) = FusedAddRMSNorm.apply(x, residual, weight, eps)``:
+    """``(h, y) = FusedAddRMSNorm.apply(x, residual, weight, eps)``:
     ``h = x + residual``, ``y = RMSNorm(h) * weight`` (float32 statistics,
-    ``y`` in h's dtype). Saved for backward: ``h``, ``weight`` and ``rstd``
-    (one float32 per row), nothing else.
+    ``y`` in h's dtype), the stream first. Saved for backward: ``h``, ``weight``
+    and ``rstd`` (one float32 per row), nothing else.
     """
 
     @staticmethod
@@ -134,12 +141,12 @@ class FusedAddRMSNorm(torch.autograd.Function):
         h = x + residual                         # the new residual stream
         y, rstd = rmsnorm_forward(h, weight, eps)
         ctx.save_for_backward(h, weight, rstd)
-        return y, h
+        return h, y
 
     @staticmethod
-    def backward(ctx, grad_y, grad_h):
+    def backward(ctx, grad_h, grad_y):
         h, weight, rstd = ctx.saved_tensors
-        grad_norm, grad_w = rmsnorm_backward(grad_y, h, weight, rstd)
+        grad_norm, grad_w = rmsnorm_backward(h, weight, rstd, grad_y)
         # h has two consumers (the norm, the stream above): gradients add
         grad_stream = grad_h + grad_norm
         # h = x + residual passes its gradient unchanged to both inputs
@@ -159,8 +166,10 @@ def textbook_add_rmsnorm(x, residual, weight, eps=1e-6):
 
 
 def fused_add_rmsnorm(x, residual, weight, eps=1e-6):
-    """:class:`FusedAddRMSNorm` with the same signature as the two eager versions."""
-    return FusedAddRMSNorm.apply(x, residual, weight, eps)
+    """:class:`FusedAddRMSNorm` with the same signature and outputs ``(y, h)`` as the two eager
+    versions."""
+    h, y = FusedAddRMSNorm.apply(x, residual, weight, eps)
+    return y, h
 
 
 IMPLEMENTATIONS: dict[str, Callable] = {
@@ -189,14 +198,14 @@ def max_error_vs_autograd(norm: str = "rms", backward: Callable | None = None, s
         y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
         ref = torch.autograd.grad(y, (x, w), g)
         _, rstd = rmsnorm_forward(x.detach(), w.detach(), eps)
-        mine = (backward or rmsnorm_backward)(g, x.detach(), w.detach(), rstd)
+        mine = (backward or rmsnorm_backward)(x.detach(), w.detach(), rstd, g)
         names = ("x", "weight")
     elif norm == "layer":
         mu = x.mean(-1, keepdim=True)
         y = (x - mu) * torch.rsqrt((x - mu).pow(2).mean(-1, keepdim=True) + eps) * w + b
         ref = torch.autograd.grad(y, (x, w, b), g)
         _, mean, rstd = layernorm_forward(x.detach(), w.detach(), b.detach(), eps)
-        mine = (backward or layernorm_backward)(g, x.detach(), w.detach(), mean, rstd)
+        mine = (backward or layernorm_backward)(x.detach(), w.detach(), mean, rstd, g)
         names = ("x", "weight", "bias")
     else:
         raise ValueError("norm must be 'rms' or 'layer'")

@@ -29,7 +29,7 @@ REZERO = "no norm, ReZero gates"  # no norm; every branch times a learned gate t
 
 
 class GatedBlock(Block):
-    """No norm; x = x + g1 * attn(x); x = x + g2 * ffn(x), with g1 = g2 = 0 at initialization
+    """No norm; x = x + g1 * attn(x); x = x + g2 * mlp(x), with g1 = g2 = 0 at initialization
     (ReZero, Bachlechner et al.; SkipInit, De and Smith, is the same with one gate per block)."""
 
     def __init__(self, d_model, n_heads, d_ff):
@@ -38,7 +38,7 @@ class GatedBlock(Block):
 
     def forward(self, x, attn_mask=None, key_padding_mask=None):
         x = x + self.gates[0] * self._attn(x, attn_mask, key_padding_mask)
-        return x + self.gates[1] * self.ffn(x)
+        return x + self.gates[1] * self.mlp(x)
 
 
 def corpus() -> tuple[torch.Tensor, torch.Tensor, list[str]]:

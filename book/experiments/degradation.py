@@ -7,6 +7,11 @@ depth, plain or residual, trained on the same data with the same optimizer:
     plain     h_{l+1} = relu(W_l h_l + b_l)
     residual  h_{l+1} = h_l + relu(W_l h_l + b_l)      (W_l scaled by 1/sqrt(depth) at init)
 
+The residual net's branch scaling is part of what makes it train: without it
+(``scale_branches=False``) each ReLU branch adds a non-negative output about as large as the
+stream, the stream grows geometrically with depth, and the 48-layer net's loss is NaN after one
+step (chapter 01 shows it).
+
 Both use He initialization (std sqrt(2 / width)), the right scale for ReLU, so what remains is
 the optimization difficulty of depth itself, not a badly chosen init.
 """
@@ -33,7 +38,8 @@ def spirals(n: int = 512, arms: int = 3, seed: int = 0):
 class MLP(nn.Module):
     """``depth`` hidden ReLU layers of ``width`` units between a 2-D input and the class logits."""
 
-    def __init__(self, depth: int, width: int = 32, residual: bool = False, n_out: int = 3):
+    def __init__(self, depth: int, width: int = 32, residual: bool = False, n_out: int = 3,
+                 scale_branches: bool = True):
         super().__init__()
         self.residual = residual
         self.inp = nn.Linear(2, width)
@@ -42,7 +48,7 @@ class MLP(nn.Module):
         for lin in self.layers:
             nn.init.kaiming_normal_(lin.weight, nonlinearity="relu")
             nn.init.zeros_(lin.bias)
-            if residual:
+            if residual and scale_branches:
                 # 1/sqrt(depth) would bound the stream's variance by (1 + 1/depth)^depth < e if
                 # every branch output were uncorrelated with the stream. ReLU outputs are
                 # non-negative, so their means add up layer after layer and the stream still
@@ -52,11 +58,15 @@ class MLP(nn.Module):
                 lin.weight.data /= math.sqrt(depth)
 
     def forward(self, x):
-        h = self.inp(x)
+        return self.out(self.stream(x)[-1])
+
+    def stream(self, x) -> list[torch.Tensor]:
+        """The hidden state before the first layer and after every layer: depth + 1 tensors."""
+        hs = [self.inp(x)]
         for lin in self.layers:
-            u = F.relu(lin(h))
-            h = h + u if self.residual else u
-        return self.out(h)
+            u = F.relu(lin(hs[-1]))
+            hs.append(hs[-1] + u if self.residual else u)
+        return hs
 
 
 def train(model: nn.Module, x, y, steps: int = 300, lr: float = 0.02, momentum: float = 0.9,

@@ -88,18 +88,27 @@ def mean_share(h: torch.Tensor) -> float:
 class AttnLayer(nn.Module):
     """Single-head self-attention then a ReLU MLP; ``residual`` switches both adds on or off.
 
-    residual:  h = h + attn(LN(h));  h = h + mlp(LN(h))      (pre-norm)
-    plain:     h = attn(LN(h));      h = mlp(LN(h))
+    pre-norm (``norm_first=True``, GPT-2's layout):
+        residual:  h = h + attn(LN(h));  h = h + mlp(LN(h))
+        plain:     h = attn(LN(h));      h = mlp(LN(h))
+    post-norm (``norm_first=False``, BERT's layout):
+        residual:  h = LN(h + attn(h));  h = LN(h + mlp(h))
+        plain:     h = LN(attn(h));      h = LN(mlp(h))
     """
 
-    def __init__(self, d: int, residual: bool):
+    def __init__(self, d: int, residual: bool, norm_first: bool = True):
         super().__init__()
-        self.residual = residual
+        self.residual, self.norm_first = residual, norm_first
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = nn.MultiheadAttention(d, 1, batch_first=True)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d))
 
     def forward(self, h):
+        if not self.norm_first:
+            a = self.attn(h, h, h, need_weights=False)[0]
+            h = self.ln1(h + a if self.residual else a)
+            m = self.mlp(h)
+            return self.ln2(h + m if self.residual else m)
         u = self.ln1(h)
         a = self.attn(u, u, u, need_weights=False)[0]
         h = h + a if self.residual else a
@@ -108,9 +117,9 @@ class AttnLayer(nn.Module):
 
 
 class AttnStack(nn.Module):
-    def __init__(self, n_layers: int, d: int, residual: bool):
+    def __init__(self, n_layers: int, d: int, residual: bool, norm_first: bool = True):
         super().__init__()
-        self.layers = nn.ModuleList(AttnLayer(d, residual) for _ in range(n_layers))
+        self.layers = nn.ModuleList(AttnLayer(d, residual, norm_first) for _ in range(n_layers))
 
     def forward(self, h):
         """Return the hidden states after every layer, input first: n_layers + 1 tensors (B, T, D)."""
