@@ -122,7 +122,7 @@ def reachable_torch_layers(roots, limit: int = WALK_LIMIT) -> set:
             continue
         if isinstance(o, type):
             if not _is_torch_or_builtin(o):
-                todo += list(vars(o).values())
+                todo += list(vars(o).values()) + list(o.__bases__)
             continue
         name = _torch_layer_name(o)
         if name:
