@@ -195,9 +195,10 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
     binds = []
     for i, (src, dst) in enumerate(_ro_sources(course_dir, gpu)):
         binds += ["--ro-bind", str(stage_dir(course_dir, gpu) / str(i)) if staged else src, dst]
-    if (course_dir / "hidden").is_dir():  # the hidden checks come as code over the job pipe (hidden_code)
-        hidden = str(course_dir / "hidden")
-        binds += ["--size", "4096", "--perms", "0555", "--tmpfs", hidden, "--remount-ro", hidden]
+    hidden = []  # course/hidden: an empty read-only folder; the hidden checks come as code (hidden_code)
+    if (course_dir / "hidden").is_dir():
+        h = str(course_dir / "hidden")
+        hidden = ["--size", "4096", "--perms", "0555", "--tmpfs", h, "--remount-ro", h]
     devices = gpu_device_binds(dev_root) if gpu else []
     libs = [d for d in gpu_library_dirs() if os.path.exists(d)] if gpu else []
     links = []
@@ -215,6 +216,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         "--proc", "/proc", "--dev", "/dev", *devices,
         "--size", str(limits.tmp_mb << 20), "--tmpfs", "/dev/shm",
         "--perms", "0700", "--size", str(limits.tmp_mb << 20), "--tmpfs", WORK,
+        *hidden,
         # bwrap's own root and /dev are tmpfs without a size: read-only, so that the three sized
         # tmpfs (the working directory, /tmp, /dev/shm) are the only places a submission can write
         "--remount-ro", "/dev", "--remount-ro", "/",
