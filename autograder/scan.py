@@ -44,7 +44,7 @@ REVIEW_MODULES = frozenset({
     "tempfile", "glob", "fcntl", "mmap", "resource", "signal", "faulthandler", "atexit", "threading", "_thread",
     "multiprocessing", "concurrent", "subprocess", "pty", "socket", "asyncio", "selectors", "pickle", "dill",
     "cloudpickle", "marshal", "shelve", "builtins", "__builtin__", "types", "code", "codeop", "runpy",
-    "pkgutil", "zipimport", "linecache", "dis", "traceback", "weakref", "copyreg", "operator",
+    "pkgutil", "zipimport", "linecache", "dis", "traceback", "weakref", "copyreg",
     "coursekit", "course", "autograder", "book", "tools", "IPython", "ipykernel", "jupyter_client",
 })
 #: what the released setup cell imports from the course's runtime (not the machinery)
@@ -69,10 +69,20 @@ REVIEW_ATTRS = {
     "_modules": "another object's submodules", "multiprocessing": "processes",
     "modules": "every imported module (sys.modules)", "meta_path": "the import system",
     "path_hooks": "the import system", "settrace": "tracing other code", "setprofile": "tracing other code",
-    "addaudithook": "audit hooks",
+    "addaudithook": "audit hooks", "attrgetter": "a lookup by a computed name",
+    "methodcaller": "a call by a computed name",
 }
 #: attributes of torch that only count under torch (``torch.ops``, ``torch.library``)
 TORCH_ONLY_ATTRS = frozenset({"library", "overrides", "_modules", "multiprocessing"})
+#: parts of a dotted path under torch that reach its internals, however the path is spelled
+#: (``import torch.utils._python_dispatch as pd``, ``T._C`` for ``import torch as T``)
+TORCH_INTERNAL_PARTS = frozenset({"_C", "library", "overrides", "_python_dispatch", "_ops", "ops", "_dispatch",
+                                  "_refs", "_decomp", "_prims", "multiprocessing", "_execution_engine"})
+#: modules reached as an attribute of another module (``torch.sys``, ``np.os``): the route around
+#: an import the review would see
+MODULE_ATTRS = frozenset({"sys", "os", "gc", "inspect", "importlib", "ctypes", "subprocess", "threading",
+                          "multiprocessing", "builtins", "marshal", "pickle", "socket", "_thread", "posix",
+                          "concurrent", "shutil", "io", "pathlib", "types", "linecache", "dis"})
 #: attributes of sys that only count under sys (``sys.modules``; a model's ``.modules()`` is fine)
 SYS_ONLY_ATTRS = frozenset({"modules", "meta_path", "path_hooks", "settrace", "setprofile", "addaudithook"})
 #: builtins that run or look up code, files or namespaces
@@ -94,6 +104,55 @@ HARMLESS_MAGICS = frozenset({"time", "timeit", "matplotlib", "capture", "precisi
 #: exercise 05: switching autograd back on inside the hand-written backward
 GRAD_SWITCHES = frozenset({"enable_grad", "set_grad_enabled", "inference_mode"})
 HAND_WRITTEN = frozenset({"rmsnorm_backward", "layernorm_backward", "FusedAddRMSNorm"})
+
+
+class _ConstantLookups(ast.NodeTransformer):
+    """``getattr(obj, "name")`` read as ``obj.name`` (and ``getattr(obj, "name", default)`` too): a
+    constant lookup is an attribute, whatever it is spelled as."""
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        fn = node.func
+        if isinstance(fn, ast.Name) and fn.id == "getattr" and len(node.args) in (2, 3) and not node.keywords \
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) \
+                and node.args[1].value.isidentifier():
+            return ast.copy_location(ast.Attribute(value=node.args[0], attr=node.args[1].value, ctx=ast.Load()), node)
+        return node
+
+
+def resolved(node):
+    """A copy of ``node`` with constant ``getattr`` lookups read as attributes (line numbers kept)."""
+    import copy
+    return _ConstantLookups().visit(copy.deepcopy(node))
+
+
+def module_paths(sl: GradedSlice) -> dict:
+    """Every name an import binds (in any cell) -> the dotted path it stands for: ``T`` -> ``torch``
+    for ``import torch as T``, ``pd`` -> ``torch.utils._python_dispatch``, ``F`` ->
+    ``torch.nn.functional``."""
+    out = {}
+    for s in sl.statements:
+        for n in ast.walk(s.node):
+            if isinstance(n, ast.Import):
+                for a in n.names:
+                    out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+                for a in n.names:
+                    if a.name != "*":
+                        out[a.asname or a.name] = f"{n.module}.{a.name}"
+    return out
+
+
+def dotted(node, paths: dict) -> str | None:
+    """``T._C._nn`` -> ``torch._C._nn`` when ``T`` is an alias of torch; None when the root is not
+    a name bound by an import."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in paths:
+        return None
+    return ".".join([paths[node.id]] + parts[::-1])
 
 
 def _show(node) -> str:
@@ -125,9 +184,10 @@ def costs(sl: GradedSlice, forbidden: frozenset) -> list[str]:
     own_defs = {n for s in sl.statements if sl.cells[s.cell].kind != "locked"
                 for n in _defined_names(s.node)}
     found = []
+    paths = module_paths(sl)
     for st in sl.graded_code():
         own_attrs = _own_attrs(st.node)
-        for n in ast.walk(st.node):
+        for n in ast.walk(resolved(st.node)):
             hit = None
             if isinstance(n, ast.Attribute):
                 on_self = isinstance(n.value, ast.Name) and n.value.id in ("self", "cls") and n.attr in own_attrs
@@ -135,8 +195,14 @@ def costs(sl: GradedSlice, forbidden: frozenset) -> list[str]:
                     hit = _show(n)
                 elif n.attr in TORCH_INTERNALS:
                     hit = f"torch's internal reference implementations ({_show(n)})"
+                elif isinstance(n.value, ast.Subscript) and isinstance(n.value.slice, ast.Constant) \
+                        and any(p in TORCH_INTERNALS for p in str(n.value.slice.value).split(".")):
+                    hit = f"torch's internal reference implementations ({_show(n)})"
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in forbidden and n.id not in own_defs:
                 hit = n.id
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in paths \
+                    and (set(paths[n.id].split(".")[1:]) & (TORCH_INTERNALS | forbidden)):
+                hit = f"{n.id} ({paths[n.id]})"
             elif isinstance(n, (ast.Import, ast.ImportFrom)):
                 mod = getattr(n, "module", None) or ""
                 for a in n.names:
@@ -187,24 +253,39 @@ def review(sl: GradedSlice) -> list[str]:
             out.append(f"a cell that could not be read as Python ({why}); it ran as written ({sl.cells[k].label})")
     modules = _import_bound(sl)
     hand_written = _hand_written(sl)
+    paths = module_paths(sl)
+    probe_reach = _probe_reach(sl)
     for st in sl.running_code():
-        methods_self = _self_methods(st.node)
-        for n in ast.walk(st.node):
+        tree = resolved(st.node)
+        methods_self = _self_methods(tree)
+        inner: set[int] = set()  # attributes inside one already flagged (torch._C inside torch._C._nn)
+        for n in ast.walk(tree):
+            if id(n) in inner:
+                continue
             if isinstance(n, ast.Import):
                 for a in n.names:
                     if a.name.split(".")[0] in REVIEW_MODULES:
                         flag(st, n, f"imports {a.name}")
-                    elif a.name.split(".")[:2] in (["torch", "_C"], ["torch", "library"], ["torch", "multiprocessing"]):
+                    elif a.name.split(".")[0] == "torch" and set(a.name.split(".")[1:]) & TORCH_INTERNAL_PARTS:
                         flag(st, n, f"imports {a.name}")
             elif isinstance(n, ast.ImportFrom):
                 mod = (n.module or "").split(".")
                 names = {a.name for a in n.names}
                 if mod[0] in REVIEW_MODULES and not (n.module == "coursekit" and names <= PUBLIC_RUNTIME):
                     flag(st, n, f"imports from {n.module}")
-                elif mod[0] == "torch" and (set(mod[1:]) | names) & {"_C", "library", "overrides", "_python_dispatch",
-                                                                     "multiprocessing", "DisableTorchFunction"}:
+                elif mod[0] == "torch" and (set(mod[1:]) | names) & (TORCH_INTERNAL_PARTS | {"DisableTorchFunction"}):
                     flag(st, n, f"imports torch internals from {n.module}")
             elif isinstance(n, ast.Attribute):
+                base_is_self = isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")
+                if n.attr in MODULE_ATTRS and not base_is_self:
+                    flag(st, n, f"the module {n.attr} reached through another object")
+                    inner |= {id(m) for m in ast.walk(n.value)}
+                    continue
+                path = dotted(n, paths)
+                if path and path.split(".")[0] == "torch" and set(path.split(".")[1:]) & TORCH_INTERNAL_PARTS:
+                    flag(st, n, f"torch internals ({path})")
+                    inner |= {id(m) for m in ast.walk(n.value)}
+                    continue
                 why = REVIEW_ATTRS.get(n.attr)
                 if why is None and n.attr in IPYTHON_RUNNERS and is_get_ipython(n.value):
                     why = "IPython running code from a string or changing how cells are read"
@@ -224,11 +305,10 @@ def review(sl: GradedSlice) -> list[str]:
                 _review_call(sl, st, n, modules, methods_self, flag)
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in ("__builtins__",):
                 flag(st, n, "the builtins namespace")
-        _review_module_state(sl, st, modules, flag)
+        _review_module_state(sl, st, modules, flag, probe_reach)
         if st in hand_written:
             for n in ast.walk(st.node):
-                name = n.attr if isinstance(n, ast.Attribute) else n.id if isinstance(n, ast.Name) else None
-                if name in GRAD_SWITCHES:
+                if isinstance(n, ast.Call) and _switches_grad_on(n):
                     flag(st, n, "autograd switched back on inside a hand-written backward")
     seen, unique = set(), []
     for r in out:
@@ -255,6 +335,21 @@ def _hand_written(sl: GradedSlice) -> list:
                for s in sl.statements):
         return []
     return [s for s in sl.graded_code() if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+
+
+def _switches_grad_on(call: ast.Call) -> bool:
+    """``torch.enable_grad()``, ``set_grad_enabled(x)`` and ``inference_mode(x)`` unless ``x`` is the
+    constant False (``inference_mode()`` and ``set_grad_enabled(False)`` switch autograd off)."""
+    fn = call.func
+    name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
+    if name not in GRAD_SWITCHES:
+        return False
+    if name == "enable_grad":
+        return True
+    arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("mode", "mode_")), None)
+    if name == "inference_mode":
+        return arg is not None and not (isinstance(arg, ast.Constant) and arg.value is True)
+    return not (isinstance(arg, ast.Constant) and arg.value is False)
 
 
 def _self_methods(stmt) -> set[int]:
@@ -306,11 +401,23 @@ def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag) -> None:
                         flag(st, n, f"{m.func.id}() inside a magic")
 
 
-def _review_module_state(sl, st, modules, flag) -> None:
-    """Graded functions that write into module-level state, and module-level writes into modules."""
+def _probe_reach(sl: GradedSlice) -> set[str]:
+    """Names the probes can call: the contract's, and those the bodies of graded functions and
+    classes read (not their decorators: a decorator runs once, when the cell runs)."""
+    from autograder.slicing import contract_names, free_globals
+    out = set(contract_names())
+    for st in sl.graded_code():
+        if isinstance(st.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out |= free_globals(st.node.body)
+    return out
+
+
+def _review_module_state(sl, st, modules, flag, probe_reach=frozenset()) -> None:
+    """Functions the probes can call that write into module-level state, and module-level writes
+    into modules."""
     node = st.node
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        if not st.graded:
+        if not st.graded or node.name not in probe_reach:
             return
         for fn in ast.walk(node):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):

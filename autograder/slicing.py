@@ -243,14 +243,37 @@ def _writes(stmt, functions: dict) -> tuple[set[str], set[str]]:
     return into - {None}, handed - {None}
 
 
-def _rebinds_by_call(stmt, rebinds: dict) -> set[str]:
-    """Module-level names a top-level statement rebinds by calling a function of the student's that
-    declares them ``global``."""
+def module_writes(fn) -> set[str]:
+    """Module-level names a def or class (with everything nested in it) rebinds (``global``) or
+    writes into (``NAMES[k] = f``, ``NAMES.append(f)``, ``obj.attr = v``) when it runs: names it
+    does not bind itself."""
+    local = {n.arg for n in ast.walk(fn) if isinstance(n, ast.arg)}
+    local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    local |= {n.name for n in ast.walk(fn) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    declared = {g for n in ast.walk(fn) if isinstance(n, ast.Global) for g in n.names}
+    out = set(declared)
+    for n in ast.walk(fn):
+        if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(root_name(n.value))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in WRITER_METHODS:
+            out.add(root_name(n.func.value))
+    return {x for x in out if x is not None and (x not in local or x in declared) and x not in ("self", "cls")}
+
+
+def _called(expr) -> str | None:
+    """The student's function a decorator or call names: ``f``, ``f(...)`` (a decorator factory)."""
+    while isinstance(expr, ast.Call):
+        expr = expr.func
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _writes_by_call(stmt, writes: dict) -> set[str]:
+    """Module-level names a top-level statement writes through the student's functions it calls,
+    decorators included (``@register("layer")`` runs ``register`` on the new function)."""
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return set()
+        return {w for d in stmt.decorator_list for w in writes.get(_called(d), ())}
     nodes, _ = direct([stmt])
-    return {g for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-            for g in rebinds.get(n.func.id, ())}
+    return {w for n in nodes if isinstance(n, ast.Call) for w in writes.get(_called(n), ())}
 
 
 def _writes_into_arguments(fn) -> bool:
@@ -346,16 +369,17 @@ def slice_cells(cells: list[Cell], contract: frozenset | None = None) -> GradedS
 
     student = [s for s in sl.statements if sl.cells[s.cell].kind != "locked"]
     modules = module_names(sl.statements, lambda s: sl.cells[s.cell].kind != "locked")
-    functions, rebinds = {}, {}  # the student's functions: can write into arguments; globals they rebind
+    functions, writes = {}, {}  # the student's functions: can write into arguments; module names they write
     for s in student:
         if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             functions[s.node.name] = functions.get(s.node.name, False) or _writes_into_arguments(s.node)
-            rebinds.setdefault(s.node.name, set()).update(
-                g for n in ast.walk(s.node) if isinstance(n, ast.Global) for g in n.names)
+            writes.setdefault(s.node.name, set()).update(module_writes(s.node))
 
     needed = set(contract if contract is not None else contract_names())
-    effects = {id(s): (binds(s.node) | _rebinds_by_call(s.node, rebinds), *_writes(s.node, functions))
-               for s in student}
+    effects = {}
+    for s in student:
+        into, handed = _writes(s.node, functions)
+        effects[id(s)] = (binds(s.node), into | _writes_by_call(s.node, writes), handed)
     changed = True
     while changed:
         changed = False

@@ -27,9 +27,11 @@ def assignments(root: Path = ROOT) -> list[str]:
 
 
 def venv_env() -> dict:
-    """The environment with this interpreter's bin/ first on PATH: nbgrader shells out to alembic."""
+    """The environment with this interpreter's bin/ first on PATH (nbgrader shells out to alembic),
+    and this checkout first on PYTHONPATH (a second checkout sharing the venv imports its own code)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
 
 

@@ -246,8 +246,11 @@ def test_torch_transformer_layers_cost_the_blocks_checks_only_where_a_check_forb
     ("eval('F.layer_norm')(x, (4,))", "eval()"),
     ("__import__('torch').layer_norm(x, (4,))", "__import__()"),
     ("run.__globals__['_ACTIVE'].release() or x", "module namespace"),
-    ("torch._C._get_operation_overload('aten::native_layer_norm', '')(x)", "torch's C internals"),
-    ("torch.autograd.Variable._execution_engine.run_backward(x)", "autograd's engine"),
+    ("torch._C._get_operation_overload('aten::native_layer_norm', '')(x)", "torch internals (torch._C"),
+    ("torch.autograd.Variable._execution_engine.run_backward(x)", "_execution_engine"),
+    ("torch.sys.modules['coursekit.checks.ops']._ACTIVE.pop() or x", "the module sys reached through another object"),
+    ("getattr(torch.sys.modules['torch._refs'], 'native_layer_norm')(x, (4,), None, None, 1e-5)[0]", "module sys"),
+    ("getattr(run, '__globals__')['_ACTIVE'].pop() or x", "module namespace"),
     ("torch.library.Library('aten', 'IMPL')", "torch.library"),
 ], ids=lambda e: e[:40] if isinstance(e, str) else "")
 def test_lookups_around_the_names_in_graded_code_are_flagged(expr, why):
@@ -269,6 +272,29 @@ def test_reaching_around_the_course_in_an_answer_cell_is_flagged_with_its_line(l
     found = review([LN + line + "\n"])
     assert any(why in f and "line 14" in f for f in found), found
     assert costs([LN + line + "\n"]) == []
+
+
+@pytest.mark.parametrize("code, why", [
+    ("import torch as T\ndef _f(x):\n    return T._C._nn.layer_norm(x)\n", "torch internals (torch._C._nn.layer_norm)"),
+    ("import torch.utils._python_dispatch as pd\n", "imports torch.utils._python_dispatch"),
+    ("from torch.utils import _python_dispatch\n", "imports torch internals"),
+    ("import numpy as np\ndef _f(x):\n    return np.os.getcwd()\n", "the module os reached through another object"),
+], ids=["alias-torch-C", "import-python-dispatch", "from-import-python-dispatch", "np.os"])
+def test_routes_around_an_import_are_flagged_however_they_are_spelled(code, why):
+    found = review([LN.replace("        return (x - mu) * torch.rsqrt", "        _f(x)\n        return (x - mu) * torch.rsqrt") + code])
+    assert any(why in f for f in found), found
+
+
+def test_a_constant_getattr_of_a_builtin_costs_like_the_attribute():
+    assert costs([with_forward("getattr(F, 'layer_norm')(x, self.normalized_shape)")])
+    assert costs([with_forward("getattr(torch.sys.modules['torch._refs'], 'native_layer_norm')(x, [4], None, None, 1e-5)[0]")])
+
+
+def test_switching_autograd_off_and_reducing_with_operator_are_not_flagged():
+    code = ("import functools, operator\n"
+            "def rmsnorm_backward(grad_out, x, weight, rstd):\n    with torch.set_grad_enabled(False), torch.inference_mode():\n"
+            "        n = functools.reduce(operator.mul, x.shape[:-1], 1)\n        return grad_out, weight\n")
+    assert scan.review(sliced([code], gid="rmsnorm_backward_impl")) == []
 
 
 def test_a_graded_function_that_writes_into_module_state_is_flagged():

@@ -73,12 +73,47 @@ class AutogradSpy(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class NoNewThreads:
+    """While a hand-written function runs under the probe, starting a thread or a process raises:
+    autograd's switches and :class:`AutogradSpy` hold in the probe's thread only, so work handed to
+    another thread or process could call autograd unseen. No derivation by hand needs either."""
+
+    def __init__(self, owner: str):
+        self.owner, self.saved = owner, []
+
+    def _refuse(self, *args, **kwargs):
+        raise CheckFailed(f"{self.owner} starts a thread or a process: while it is graded, a hand-written "
+                          "backward runs in the probe's own thread (autograd's guard holds there only), so "
+                          "compute it in place")
+
+    def __enter__(self):
+        import os
+        import threading
+        import _posixsubprocess
+        import _thread
+        targets = [(threading.Thread, "start"), (_thread, "start_new_thread"), (_thread, "start_new"),
+                   (os, "fork"), (os, "forkpty"), (os, "posix_spawn"), (os, "posix_spawnp"),
+                   (_posixsubprocess, "fork_exec")]
+        for obj, attr in targets:
+            if hasattr(obj, attr):
+                self.saved.append((obj, attr, getattr(obj, attr)))
+                setattr(obj, attr, self._refuse)
+        return self
+
+    def __exit__(self, *exc):
+        for obj, attr, value in reversed(self.saved):
+            setattr(obj, attr, value)
+        self.saved = []
+        return False
+
+
 def call_by_hand(ns: dict, name: str, *args):
-    """Probe side: ``ns[name](*args)`` with autograd off and watched (see the module docstring)."""
+    """Probe side: ``ns[name](*args)`` with autograd off and watched, in this thread only (see the
+    module docstring)."""
     fn = ns[name]
     if not callable(fn) or isinstance(fn, type):
         raise CheckFailed(f"{name} should be a function, but it is {type(fn).__name__}")
-    with torch.inference_mode(), AutogradSpy(name):
+    with torch.inference_mode(), AutogradSpy(name), NoNewThreads(name):
         out = fn(*args)
     if not isinstance(out, tuple):
         raise CheckFailed(f"{name} should return a tuple of tensors, but it returned {type(out).__name__}")

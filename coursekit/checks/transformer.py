@@ -128,6 +128,9 @@ def reachable_torch_layers(roots, limit: int = WALK_LIMIT) -> set:
         if name:
             found.add(name)
         if isinstance(o, types.FunctionType):
+            owner = _borrowed_layer_code(o)
+            if owner:
+                found.add(owner)
             todo += [c.cell_contents for c in (o.__closure__ or ()) if _cell_full(c)]
             todo += [o.__defaults__ or (), o.__kwdefaults__ or {}, o.__dict__]
         elif isinstance(o, types.MethodType):
@@ -139,6 +142,15 @@ def reachable_torch_layers(roots, limit: int = WALK_LIMIT) -> set:
         else:
             todo += gc.get_referents(o)
     return found
+
+
+def _borrowed_layer_code(fn) -> str | None:
+    """The torch layer whose own method ``fn`` is (``TransformerEncoderLayer._sa_block`` taken as a
+    plain function by the student's class), or None."""
+    if getattr(fn, "__module__", None) != "torch.nn.modules.transformer":
+        return None
+    owner = (getattr(fn, "__qualname__", "") or "").split(".")[0]
+    return owner if owner in {c.__name__ for c in TORCH_LAYERS} and owner != "Transformer" else None
 
 
 def _cell_full(cell) -> bool:
