@@ -18,8 +18,10 @@ from tools.fixture_class import release_dict, with_code
 
 A = "01_layernorm"
 N_CELLS = 12
-SHOUTER = "print('STDOUT-' * 2000)\n" + "".join(
-    f"# %% added cell\nraise RuntimeError('cell{i}-' + 'x' * 5000 + 'END')\n" for i in range(N_CELLS))
+# every added cell writes into LayerNorm, so it is in the graded slice and runs (autograder.slicing)
+SHOUTER = ("print('STDOUT-' * 2000)\nclass LayerNorm:\n    pass\n\n\ndef _boom(i):\n"
+           "    raise RuntimeError(f'cell{i}-' + 'x' * 5000 + 'END')\n") + "".join(
+    f"# %% added cell\nLayerNorm.tag = _boom({i})\n" for i in range(N_CELLS))
 
 
 def _check_bounded(errors: list[dict]):

