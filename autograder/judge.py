@@ -9,6 +9,7 @@ import threading
 
 from autograder import plan as planmod
 from autograder import scan
+from autograder.protocol import CELL_ERROR_CHARS
 from autograder.outcome import TestResult, check_for as _check
 
 _JUDGE_LOCK = threading.Lock()  # judges print (the benchmark's table): one at a time, output captured
@@ -53,6 +54,10 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
         elif isinstance(record, str):
             msg = record
         else:
+            if isinstance(record, dict) and record.get("error") not in (None, "CheckFailed") \
+                    and isinstance(record.get("message"), str):  # text the student's code raised: bounded
+                record = dict(record, message=record["message"][:CELL_ERROR_CHARS],
+                              where=str(record.get("where", ""))[:CELL_ERROR_CHARS])
             try:
                 names = scan.forbidden_names(check)
                 if names not in costs:
