@@ -57,7 +57,7 @@ test: venv system book
 	$(PY) -m pytest -q
 
 grade: venv system
-	$(PY) -m autograder grade --out _build/grades
+	$(PY) -m autograder grade --sample-class --out _build/grades
 
 bench-grade: venv system
 	$(PY) -m tools.bench_stock --one-off

@@ -15,6 +15,13 @@ c.CourseDirectory.course_id = "resnorm"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
 
+# The exchange: the folder shared by instructor and students (release, submit, collect, feedback).
+# Set here, once, so that every nbgrader command run in this folder and the formgrader (`jupyter lab`
+# started here) use the same one; never pass --Exchange.root to only some commands. This is
+# nbgrader's default; on a shared machine change it here, and give the students the same
+# `c.Exchange.root` in their own nbgrader_config.py (README, "From release to feedback").
+c.Exchange.root = "/usr/local/share/nbgrader/exchange"
+
 # exercises/ is committed, so without this `nbgrader generate_assignment A` would skip A ("Skipping
 # existing assignment") and never record it in gradebook.db, and `nbgrader autograde A` would then
 # fail for every student ("No assignment with ID 'A' exists in the database"). Always regenerate:

@@ -8,8 +8,15 @@ there, or a worker that refuses, having another course installed or no sandbox).
 ``--scheduler ADDRESS`` grades on a Dask distributed cluster (:mod:`autograder.cluster`); this
 process still writes every output.
 
-Grading into a folder that holds earlier results merges with them (:mod:`autograder.results`):
-this run's rows replace those of the same student and assignment, the others stay.
+SUBMISSIONS is required, except with ``--course DIR``, in an nbgrader course directory (its
+``submitted/``) or with ``--sample-class`` (the bundled sample class, ``tools/sample_class``, what
+``make grade`` grades). ``--assignment NAME`` (repeatable) grades only those assignments.
+
+Grading into a folder that holds earlier results merges with them (:mod:`autograder.results`)
+when this run regrades the same class (at least one student in common): this run's rows replace
+those of the same student and assignment, the others stay. Another class is refused; ``--fresh``
+discards the earlier results first. Nothing is written to ``--out`` (not even the folder) before
+the grading has started.
 
 Grading a course's own ``submitted/`` folder (SUBMISSIONS is ``<course>/submitted`` and
 ``<course>`` holds an ``nbgrader_config.py``, or ``--course DIR``) also writes the scores into that
@@ -35,10 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("grade", help="grade a class of submissions")
     g.add_argument("submissions", nargs="?", default=None,
                    help="folder in nbgrader's submitted layout, a .zip of one, an LMS download "
-                        "(Canvas, Moodle), or one .ipynb; default: the --course's submitted/ folder, "
-                        "else the bundled sample class")
+                        "(Canvas, Moodle), or one .ipynb. Required, except with --course or --sample-class, "
+                        "or in an nbgrader course directory (then its submitted/ folder)")
+    g.add_argument("--sample-class", action="store_true",
+                   help=f"grade the bundled sample class ({SAMPLE.relative_to(ROOT)}/, what `make grade` grades)")
+    g.add_argument("--assignment", action="append", default=None, metavar="NAME",
+                   help="grade only this assignment (repeatable); default: every assignment handed in")
     g.add_argument("--out", required=True, help="output folder (grades.csv, feedback/, report.html); "
-                                                "earlier results there are kept and merged")
+                                                "earlier results there of the same class are kept and merged")
+    g.add_argument("--fresh", action="store_true",
+                   help="discard the earlier results in --out (grades.csv, results.json, report.html, "
+                        "feedback/, its gradebook.db) instead of merging with them")
     g.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: cores)")
     g.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="grade on a running Dask distributed cluster, e.g. tcp://10.0.0.5:8786 (its workers "
@@ -99,6 +113,23 @@ def main(argv=None) -> int:
     if args.course and args.no_course:
         print("error: --course and --no-course exclude each other", file=sys.stderr)
         return 2
+    if args.sample_class:
+        if args.submissions is not None or args.course:
+            print("error: --sample-class grades the bundled sample class: give no SUBMISSIONS or --course with it",
+                  file=sys.stderr)
+            return 2
+        args.submissions, args.no_course = str(SAMPLE), True
+    elif args.submissions is None and not args.course:
+        here = Path.cwd()
+        if (here / nbgrader_course.CONFIG).is_file() and not args.no_course:  # a course directory: its submitted/
+            args.course = str(here)
+        else:
+            print("error: no SUBMISSIONS given: name the submissions to grade (a folder laid out "
+                  "<student_id>/<assignment>/<notebook>.ipynb such as an nbgrader course's submitted/, a .zip "
+                  "of one, or an LMS download), or run in an nbgrader course directory (its submitted/ is "
+                  "graded), or --course DIR. The bundled sample class is graded only when asked for: "
+                  f"--sample-class (or {SAMPLE.relative_to(ROOT)}; `make grade`)", file=sys.stderr)
+            return 2
     if args.course:
         try:
             nbcourse = nbgrader_course.load(Path(args.course))
@@ -107,41 +138,65 @@ def main(argv=None) -> int:
             return 2
         if args.submissions is None:
             args.submissions = str(nbcourse.submitted)
+            if not nbcourse.submitted.is_dir():
+                print(f"error: no SUBMISSIONS given, and the course {nbcourse.root} has no {nbcourse.submitted.name}/ "
+                      "folder to grade (`nbgrader collect` makes it): name the submissions to grade, or "
+                      "--sample-class for the bundled sample class", file=sys.stderr)
+                return 2
         elif Path(args.submissions).resolve() != nbcourse.submitted.resolve():
             print(f"error: --course {args.course}: SUBMISSIONS must be that course's submitted folder "
                   f"{nbcourse.submitted} (or left out)", file=sys.stderr)
             return 2
-    elif args.submissions is None:
-        args.submissions = str(SAMPLE)
     elif not args.no_course:
         nbcourse = nbgrader_course.detect(Path(args.submissions))
     if nbcourse is not None:
         print(f"grading the nbgrader course {nbcourse.root}: results also go to its gradebook "
               f"({nbcourse.db_url}) and {nbcourse.autograded}/", file=sys.stderr)
     out = Path(args.out)
+    gb = args.gradebook if args.gradebook is not None else ("none" if nbcourse is not None else None)
+    gb_path = None if (gb or "").lower() == "none" else (Path(gb) if gb else out / "gradebook.db")
     try:
-        before = results.earlier(out)
+        before = None if args.fresh else results.earlier(out)
     except results.EarlierResultsError as e:
         print(f"error: {e}. Grading into {out} would lose the earlier grades: repair or move that file, "
-              "or grade into another --out", file=sys.stderr)
+              "grade into another --out, or --fresh to discard them", file=sys.stderr)
         return 2
+
+    def same_class(students) -> None:
+        why = results.other_class(before or [], students)
+        if why:
+            raise InputError(f"{out} holds the results of another class: {why}. Nothing was graded or written. "
+                             "Grade this class into another --out, or add --fresh to discard the earlier "
+                             "results there")
+
     t0 = time.perf_counter()
     try:
         if args.scheduler:
             outcomes = grade_on_cluster(Path(args.submissions), scheduler=args.scheduler, limits=limits,
                                         sandbox=not args.no_sandbox, progress=not args.no_progress,
                                         root=Path(args.course_root))
+            if args.assignment:  # the cluster grades what it finds: keep the asked-for assignments
+                unknown = sorted({a for a in args.assignment if not (Path(args.course_root) / "exercises" / a).is_dir()})
+                if unknown:
+                    raise InputError(f"no assignment called {', '.join(map(repr, unknown))} in this course")
+                outcomes = [o for o in outcomes if o.assignment in set(args.assignment)]
+            same_class({o.student_id for o in outcomes})
         else:
             outcomes = grade_class(Path(args.submissions), out, jobs=args.jobs, limits=limits,
                                    sandbox=not args.no_sandbox, progress=not args.no_progress,
-                                   root=Path(args.course_root))
+                                   root=Path(args.course_root), assignments=args.assignment,
+                                   before_grading=lambda es: same_class({e.student_id for e in es}))
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except ClusterError as e:
         print(f"error: the class was not graded, nothing was written: {e}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)  # grade_class made it; a cluster run makes it only now
+    if args.fresh:
+        gone = results.clear(out, gb_path if gb_path == out / "gradebook.db" else None)
+        if gone:
+            print(f"--fresh: removed the earlier {', '.join(gone)} from {out}", file=sys.stderr)
+    out.mkdir(parents=True, exist_ok=True)  # only now: an error exit leaves no empty folder behind
     n = len(outcomes)
     fresh = outcomes
     if before is not None:
@@ -161,10 +216,8 @@ def main(argv=None) -> int:
             return 2
         for w in warned:
             print(f"warning: {w}", file=sys.stderr)
-    gb = args.gradebook if args.gradebook is not None else ("none" if nbcourse is not None else None)
-    if (gb or "").lower() != "none":
-        db = Path(gb) if gb else out / "gradebook.db"
-        gradebook.write(fresh, db, root=Path(args.course_root))
+    if gb_path is not None:
+        gradebook.write(fresh, gb_path, root=Path(args.course_root))
     print(f"graded {n} submission rows in {time.perf_counter() - t0:.1f} s: {out / 'grades.csv'}, "
           f"{out / 'report.html'}, {out / 'feedback'}/"
           + (f"; the course's gradebook and {nbcourse.autograded}/" if nbcourse is not None else ""),

@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
+import sys
 import shutil
 import signal
 import subprocess
@@ -29,7 +31,7 @@ from pathlib import Path
 from autograder import plan as planmod
 from autograder import scan
 from autograder import protocol
-from autograder.ingest import Catalog, Entry, discover
+from autograder.ingest import Catalog, Entry, InputError, _grade_ids, discover
 from autograder.judge import judge_records
 from autograder.outcome import Outcome, TestResult, check_for as _check
 from autograder.outside import measure, served_device
@@ -39,6 +41,37 @@ from autograder.slots import Child, SlotPool
 ROOT = Path(__file__).resolve().parent.parent
 MAX_REVIEW = 20  # review reasons kept per submission (each names its cell and line)
 __all__ = ["Course", "Outcome", "TestResult", "grade_class", "grade_one"]
+#: a Canvas file marked late: ``<name>_LATE_<userid>_<submissionid>_<file>`` (autograder.ingest.CANVAS)
+CANVAS_LATE = re.compile(r"^[^_/]+?_LATE_\d+_\d+_.+$")
+#: the note a late submission's row carries (results.write_csv reads it into the ``late`` column)
+LATE_NOTE = "handed in late (the LMS marked the file _LATE_)"
+
+
+def select(entries: list[Entry], catalog: Catalog, assignments=None) -> list[Entry]:
+    """The entries to grade: only ``assignments`` when given (``--assignment``; an unknown name is
+    an :class:`InputError`), each late one noted as such."""
+    if assignments:
+        unknown = sorted(set(assignments) - set(catalog.notebooks))
+        if unknown:
+            raise InputError(f"no assignment called {', '.join(map(repr, unknown))} in this course "
+                             f"(known: {', '.join(catalog.assignments)})")
+        entries = [e for e in entries if e.assignment in set(assignments)]
+        if not entries:
+            raise InputError(f"nothing was handed in for {', '.join(sorted(assignments))}")
+    for e in entries:
+        if e.path is not None and CANVAS_LATE.match(e.path.name) and LATE_NOTE not in e.notes:
+            e.notes.append(LATE_NOTE)
+    return entries
+
+
+def other_assignment(path: Path, assignment: str, catalog: Catalog) -> str | None:
+    """The assignment whose notebook ``path`` is when it is not ``assignment``'s: none of its grade
+    ids (answer and test cells) are ``assignment``'s and some are another's. None otherwise."""
+    ids = _grade_ids(path)
+    if not ids or ids & catalog.ids.get(assignment, set()):
+        return None
+    other = catalog.by_content(path)
+    return other if other and other != assignment else None
 
 
 class Course:
@@ -87,7 +120,14 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     except OSError as e:
         return zero("unreadable", f"the file could not be read: {e.strerror}")
     plan = planmod.make_plan(course.release(entry.assignment), cells)
-    o.notes.extend(plan.notes)
+    other = other_assignment(entry.path, entry.assignment, course.catalog)
+    if other:  # the wrong notebook: say whose it is, not which of this assignment's cells it lacks
+        o.notes.insert(0, f"this is {other}'s notebook ({course.catalog.notebooks[other]}: its cells are "
+                          f"that assignment's), not {entry.assignment}'s: it was graded against "
+                          f"{entry.assignment}'s tests; hand in {o.notebook} for {entry.assignment}")
+        o.notes.extend(n for n in plan.notes if not n.startswith("your notebook has no answer cell"))
+    else:
+        o.notes.extend(plan.notes)
     o.review = scan.review(plan.slice)[:MAX_REVIEW]
 
     block = sorted(set().union(*[c.forbidden_ops for c in map(_check, [t.grade_id for t in tests]) if c]))
@@ -163,8 +203,12 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
 
 def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Limits | None = None,
                 sandbox: bool = True, root: Path = ROOT, progress: bool = True,
-                zygote: bool = True) -> list[Outcome]:
-    """Grade every submission in ``src`` into ``out_dir``; return the outcomes, sorted.
+                zygote: bool = True, assignments=None, before_grading=None) -> list[Outcome]:
+    """Grade every submission in ``src``; return the outcomes, sorted. Nothing is written to
+    ``out_dir`` (the caller writes the results; it is not even created here).
+
+    ``assignments``: grade only those (:func:`select`). ``before_grading``: called with the
+    entries once they are known, before any is graded (it may raise to stop the run).
 
     ``zygote``: run each submission as a fresh child of a pre-imported sandbox per job
     (:mod:`autograder.slots`); False starts a whole sandbox and interpreter per submission (slower:
@@ -174,19 +218,19 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
     torch.set_num_threads(1)
     limits = limits or Limits()
     course = Course(root)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="autograde-"))
     try:
-        entries = discover(src, course.catalog, scratch)
+        entries = select(discover(src, course.catalog, scratch), course.catalog, assignments)
+        if before_grading is not None:
+            before_grading(entries)
         from coursekit.checks import load_all
         load_all()
         jobs = max(1, jobs or os.cpu_count() or 1)
         outcomes = []
         bar = None
-        if progress:
+        if progress and sys.stderr.isatty():  # a bar redrawn into a log file floods it
             from tqdm import tqdm
-            bar = tqdm(total=len(entries), desc="grading", unit="nb", file=__import__("sys").stderr)
+            bar = tqdm(total=len(entries), desc="grading", unit="nb", file=sys.stderr)
         # the slots' sandboxes get the GPU when the served benchmarks run on it (outside.served_device)
         slots = (SlotPool(limits, course.root / "course", size=jobs, gpu=served_device() == "cuda")
                  if sandbox and zygote else None)

@@ -300,8 +300,11 @@ def build_notebook(release_path: Path, student_path: Path | None, outcome, gb_in
                 m["points"] = gb_info["grade"][m["grade_id"]]
 
     from autograder.feedback import STATUS_TEXT
-    summary = [f"score: {outcome.score:g} / {outcome.max_score:g}",
-               f"status: {STATUS_TEXT.get(outcome.status, outcome.status)}"]
+    # No total here: nbgrader's own header (the feedback page's "Score") adds the manual grades and
+    # any late penalty, and a total written into this cell would go stale after grading by hand.
+    summary = [f"status: {STATUS_TEXT.get(outcome.status, outcome.status)}",
+               "autograded tests (the total, with any manual grades and late penalty, is nbgrader's score):"]
+    summary += [f"  {t.points:g} / {t.max_points:g}  {t.grade_id}" for t in outcome.tests]
     if outcome.message:
         summary.append(outcome.message)
     if unplaced:

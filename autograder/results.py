@@ -5,7 +5,11 @@
   full-width forms) gets a leading ``'``, as OWASP advises against CSV injection: student names
   and file names come from students. The grader's numbers (scores, test counts) stay numbers.
 * ``results.json``: every outcome in full (``asdict`` of :class:`autograder.grade.Outcome`). It is
-  the store of earlier runs: grading into a folder that has one merges with it (:func:`merge`).
+  the store of earlier runs: grading into a folder that has one merges with it (:func:`merge`),
+  when this run regrades the same class (:func:`other_class`); ``--fresh`` discards them
+  (:func:`clear`).
+* ``grades.csv`` is the course grader's: the autograded tests' points. After grading by hand in
+  the formgrader, ``nbgrader export`` (the gradebook) has the final grades.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 CSV_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "message", "student_name",
-               "notebook", "tests_passed", "tests_total", "review"]
+               "notebook", "tests_passed", "tests_total", "review", "late"]
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 NOT_SUBMITTED = "not submitted"  # the message of the rows autograder.grade._fill_class adds
 
@@ -50,8 +54,16 @@ def write_csv(outcomes, path: Path) -> None:
     for o in outcomes:
         w.writerow([text_cell(o.student_id), text_cell(o.assignment), f"{o.score:g}", f"{o.max_score:g}",
                     text_cell(o.status), text_cell(o.message), text_cell(o.student_name), text_cell(o.notebook),
-                    sum(bool(t.passed) for t in o.tests), len(o.tests), text_cell("; ".join(o.review or []))])
+                    sum(bool(t.passed) for t in o.tests), len(o.tests), text_cell("; ".join(o.review or [])),
+                    "yes" if is_late(o) else ""])
     _write_atomic(path, buf.getvalue())
+
+
+def is_late(o) -> bool:
+    """Was the submission handed in late (an LMS file marked so: ``autograder.grade.LATE_NOTE``)?"""
+    from autograder.grade import LATE_NOTE
+
+    return LATE_NOTE in (o.notes or [])
 
 
 def write_json(outcomes, path: Path) -> None:
@@ -98,6 +110,44 @@ def earlier(out: Path) -> list | None:
         raise EarlierResultsError(f"{out / 'grades.csv'} is there but {store.name}, which keeps the earlier "
                                   "runs' rows, is not")
     return None
+
+
+#: what a run writes into --out (besides the gradebook): what ``--fresh`` removes
+OUTPUTS = ("results.json", "grades.csv", "report.html", "feedback")
+
+
+def other_class(before: list, students) -> str | None:
+    """Why this run's students are not a regrade of the class graded into the folder before
+    (None: they are, and the runs merge).
+
+    The same class: the two runs have at least one student in common (a regrade, a later
+    assignment, a late student graded alone, a download without some students). A run that shares
+    no student with the earlier rows is another class: merging would add a "not submitted" row for
+    every student of one class and every assignment of the other."""
+    old = {o.student_id for o in before}
+    new = set(students)
+    if not old or not new or old & new:
+        return None
+    ex = lambda ids: ", ".join(sorted(ids)[:3]) + (", ..." if len(ids) > 3 else "")  # noqa: E731
+    return (f"this run's {len(new)} students ({ex(new)}) share none with the {len(old)} students graded into "
+            f"this folder before ({ex(old)}): another class")
+
+
+def clear(out: Path, gradebook: Path | None = None) -> list[str]:
+    """Remove what earlier runs wrote into ``out`` (and their ``gradebook`` file); return what went."""
+    import shutil
+
+    out = Path(out)
+    gone = []
+    for p in [out / n for n in OUTPUTS] + ([Path(gradebook)] if gradebook else []):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+        else:
+            continue
+        gone.append(p.name)
+    return gone
 
 
 def _not_submitted(o) -> bool:

@@ -30,8 +30,14 @@ WHEEL = f"coursekit-{coursekit.__version__}-py3-none-any.whl"
 #: what the runtime needs in a student's Python (the wheel's dependencies)
 REQUIRES = ["torch>=2.5", "numpy", "matplotlib", "nbformat", "nbclient", "ipykernel"]
 TORCH = "torch==2.13.0"  # the version the course is tested with
-PIP_LINE = (f"pip install --extra-index-url https://download.pytorch.org/whl/cpu {TORCH} jupyterlab "
-            f"./{WHEEL}")
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+PIP_LINE = f"pip install --extra-index-url {CPU_INDEX} {TORCH} jupyterlab ./{WHEEL}"
+#: the same, giving up on an unreachable index within seconds (pip then takes PyPI's torch)
+PIP_LINE_QUICK = f"pip install --timeout 15 --retries 1 --extra-index-url {CPU_INDEX} {TORCH} jupyterlab ./{WHEEL}"
+#: without the extra index: PyPI's default torch build (on Linux, with CUDA's libraries)
+PIP_LINE_PYPI = f"pip install {TORCH} jupyterlab ./{WHEEL}"
+#: a fresh venv after PIP_LINE (measured: python -m venv, then that line with the CPU wheel; Linux x86_64)
+INSTALLED_SIZE = "1.3 GB"
 
 PYPROJECT = """[build-system]
 requires = ["setuptools>=61"]
@@ -54,8 +60,23 @@ Set a fresh Python (3.10 or newer) up, in this folder, with one line:
 
     {pip}
 
-(The extra index gives PyTorch's CPU build, a few hundred MB; leave it out on a machine with an
-NVIDIA GPU to get the CUDA build from PyPI.) Then open the notebooks:
+The extra index gives PyTorch's CPU build; with JupyterLab the environment takes about
+{size} on disk. Leave the index out on a machine with an NVIDIA GPU, to get the CUDA build from PyPI.
+
+**If that line seems to hang** (no output for minutes): where download.pytorch.org is blocked,
+pip does not fail, it retries for ten minutes and more without a word. Stop it (Ctrl-C) and run
+
+    {pip_quick}
+
+which gives up on the unreachable index within seconds and takes PyTorch from PyPI, or leave the
+index out yourself:
+
+    {pip_pypi}
+
+PyPI's default build of PyTorch for Linux brings CUDA's libraries: several GB instead of {size}.
+The notebooks run the same with either.
+
+Then open the notebooks:
 
     jupyter lab
 
@@ -68,6 +89,8 @@ and say what is wrong when something is. To check a whole notebook the way the g
 top to bottom in a fresh kernel, printing every visible test as PASS or FAIL:
 
     python -m coursekit.selfcheck {first}
+
+(from this folder; from the notebook's own folder, give just its name).
 
 The grader also runs hidden tests (their descriptions are in the notebook), so passing every
 visible test is necessary, not sufficient. Hand in the notebook file the way your instructor asks,
@@ -154,7 +177,8 @@ def build(zip_path: Path = ZIP) -> Path:
     wheel = build_wheel(PACK_DIR)
     nbs = _notebooks()
     rows = "\n".join(f"| `{nb.parent.name}/{nb.name}` | {_implements(nb)} |" for nb in nbs)
-    readme = README.format(pip=PIP_LINE, rows=rows, first=f"{nbs[0].parent.name}/{nbs[0].name}")
+    readme = README.format(pip=PIP_LINE, pip_quick=PIP_LINE_QUICK, pip_pypi=PIP_LINE_PYPI, size=INSTALLED_SIZE,
+                           rows=rows, first=f"{nbs[0].parent.name}/{nbs[0].name}")
     zip_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = zip_path.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:

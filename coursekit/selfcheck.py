@@ -1,6 +1,6 @@
 """A student's self-check: run a notebook top to bottom in a fresh kernel, report every test.
 
-    python -m coursekit.selfcheck exercises/01_layernorm/layernorm.ipynb     (= make check NB=...)
+    python -m coursekit.selfcheck layernorm.ipynb     (from the folder that holds the notebook)
 
 Prints PASS or FAIL for every visible graded test cell, with the line that says what it checks
 and, on a failure, the test's message; hidden tests (only their description is in your
@@ -75,15 +75,30 @@ def _error_text(outputs) -> str | None:
     return None
 
 
+def ipc_config(folder: str):
+    """Config for a kernel that talks over local (IPC) sockets in ``folder``, not TCP.
+
+    Over TCP, ipykernel warns at every start that the traffic is not encrypted
+    (``IPKernelApp.init_sockets``: transport "tcp" without CurveZMQ keys). Sockets in a private
+    folder of ours are reachable only by this user: the warning's cause is gone, not hidden."""
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport": "ipc", "ip": str(Path(folder) / "kernel")}})
+
+
 def execute(path: Path, timeout: int = 600):
     """Run every cell in order in a fresh kernel (continuing past errors); return the executed notebook."""
+    import tempfile
+
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent.resolve())}})
-    client.execute()
+    with tempfile.TemporaryDirectory(prefix="selfcheck-") as sockets:  # short: a socket path is < 108 bytes
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                                resources={"metadata": {"path": str(path.parent.resolve())}},
+                                config=ipc_config(sockets))
+        client.execute()
     return nb
 
 
@@ -145,7 +160,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not args.notebook:
         ap.print_usage()
-        print("give the notebook to check, e.g. make check NB=exercises/01_layernorm/layernorm.ipynb")
+        print("give the notebook to check, e.g. python -m coursekit.selfcheck layernorm.ipynb")
         return 2
     path = Path(args.notebook)
     if not path.is_file():

@@ -1,5 +1,6 @@
-"""`make check NB=...` (python -m coursekit.selfcheck): a solution notebook passes, a stub fails,
-hidden tests are announced, and the exit status says which."""
+"""`python -m coursekit.selfcheck NOTEBOOK` (`make check NB=...` in a clone): a solution notebook
+passes, a stub fails, hidden tests are announced, and the exit status says which; the kernel it
+starts talks over IPC sockets, so ipykernel's "running over TCP without encryption" warning is gone."""
 from __future__ import annotations
 
 import subprocess
@@ -34,6 +35,32 @@ def test_released_stub_fails_and_mentions_hidden_tests():
     assert "FAIL  layernorm_matches_torch" in proc.stdout
     assert "not implemented yet" in proc.stdout
     assert "(hidden test) your code must at least run" in proc.stdout
+    assert "without encryption" not in proc.stdout + proc.stderr  # an IPC kernel: no TCP warning
+
+
+@pytest.mark.slow
+def test_selfcheck_runs_from_the_notebooks_own_folder(tmp_path):
+    """What every notebook says: `python -m coursekit.selfcheck <this notebook>` in its folder
+    (the pack's layout, no course around it). Nothing is left beside the notebook."""
+    import shutil
+
+    nb = tmp_path / "rmsnorm.ipynb"
+    shutil.copy(ROOT / "exercises" / "02_rmsnorm" / "rmsnorm.ipynb", nb)
+    proc = subprocess.run([sys.executable, "-m", "coursekit.selfcheck", nb.name], capture_output=True, text=True,
+                          env=venv_env(), cwd=tmp_path, timeout=600)
+    assert proc.returncode == 1 and "FAIL  rmsnorm_matches_torch" in proc.stdout, proc.stdout + proc.stderr
+    assert "without encryption" not in proc.stdout + proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rmsnorm.ipynb"]
+
+
+def test_the_selfcheck_kernel_uses_ipc_sockets(tmp_path):
+    """The cause of ipykernel's warning (IPKernelApp.init_sockets: transport "tcp") is not there."""
+    from jupyter_client import KernelManager
+
+    from coursekit.selfcheck import ipc_config
+
+    km = KernelManager(kernel_name="python3", config=ipc_config(str(tmp_path)))
+    assert km.transport == "ipc" and km.ip.startswith(str(tmp_path))
 
 
 def test_bad_arguments_exit_2():

@@ -128,3 +128,57 @@ def test_a_notebook_without_its_runtime_stops_with_one_sentence(tmp_path):
     out = proc.stdout + proc.stderr
     assert "coursekit is not installed in this Python" in out and "pip line" in out, out
     assert "Traceback" not in out and "ModuleNotFoundError" not in out, out
+
+
+# -- issue 18: what students are told ----------------------------------------------------------
+
+def test_pack_readme_says_what_to_do_when_pip_hangs_and_the_installed_size(built):
+    readme = zipfile.ZipFile(built).read("student-pack/README.md").decode()
+    assert pack.PIP_LINE_QUICK in readme and "--timeout 15 --retries 1" in pack.PIP_LINE_QUICK
+    assert pack.PIP_LINE_PYPI in readme and "download.pytorch.org" not in pack.PIP_LINE_PYPI
+    assert "hang" in readme and pack.INSTALLED_SIZE in readme
+    assert readme.index(pack.PIP_LINE) < readme.index(pack.PIP_LINE_QUICK)  # the one line stays first
+
+
+def test_intro_gives_the_student_pack_first_and_the_clone_second():
+    """chapters/intro.md, "Getting the exercises": the pack (its link, its one pip line) before any
+    git clone or make, which are for contributors."""
+    import re
+
+    intro = (ROOT / "chapters" / "intro.md").read_text()
+    section = intro[intro.index("## Getting the exercises"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    link = section.index("<../_build/student-pack.zip>")
+    pip = section.index(pack.PIP_LINE)
+    assert link < pip < section.index("git clone") < section.index("make book")
+    assert section.index("Contributors") < section.index("git clone")
+    assert re.search(r"python -m coursekit\.selfcheck \w+\.ipynb", section)
+    assert "--timeout 15 --retries 1" in section and "1.3 GB" in section
+    # the exercise pages link the same file, from one folder deeper
+    page = (ROOT / "chapters" / "exercises" / "01_layernorm.md").read_text()
+    assert "<../../_build/student-pack.zip>" in page
+
+
+def test_notebooks_name_the_selfcheck_and_link_the_published_book():
+    """Every notebook (source and release) says `python -m coursekit.selfcheck <its own file>` and
+    links its chapter on the published book (html.baseurl in _config.yml), not a path of a clone:
+    neither exists in the pack, in Colab or in a feedback page."""
+    import re
+
+    import yaml
+
+    base = yaml.safe_load((ROOT / "_config.yml").read_text())["html"]["baseurl"].rstrip("/")
+    assert base.startswith("https://")
+    for folder in ("solutions", "exercises"):
+        for nb in sorted((ROOT / folder).glob("*/*.ipynb")):
+            md = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"]
+                           if c["cell_type"] == "markdown")
+            assert "make check" not in md and "../../chapters" not in md and "course folder" not in md, nb
+            assert f"python -m coursekit.selfcheck {nb.name}" in md, nb
+            links = re.findall(r"\]\((https?://[^)]+)\)", md)
+            chapters = [u for u in links if "/chapters/" in u]
+            assert chapters, nb
+            for u in chapters:
+                assert u.startswith(base + "/chapters/") and u.endswith(".html"), u
+                page = u[len(base) + 1:-len(".html")] + ".md"
+                assert (ROOT / page).is_file(), u

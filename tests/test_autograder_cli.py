@@ -1,0 +1,140 @@
+"""The grader's command line (issue 18): SUBMISSIONS is required (the sample class only when named),
+``--assignment`` grades only those assignments, a notebook of the wrong assignment is named as
+such, an LMS's ``_LATE_`` reaches grades.csv, another class is not merged into an earlier --out
+(``--fresh`` starts over), an error exit leaves no --out folder, and no progress bar is drawn into
+a stderr that is not a terminal."""
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course.release import ROOT, venv_env
+from tools.fixture_class import release_dict, solved_dict
+
+pytestmark = pytest.mark.autograder
+A, R, BW, RES = "01_layernorm", "02_rmsnorm", "05_backward", "03_residual"
+
+
+def _grade(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = dict(venv_env(), OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "autograder", "grade", *args, "--jobs", "2"],
+                          capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+
+
+def _rows(out: Path) -> dict:
+    return {(r["student_id"], r["assignment"]): r for r in csv.DictReader(open(out / "grades.csv", newline=""))}
+
+
+def _put(path: Path, nb: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb))
+
+
+def test_no_submissions_outside_a_course_is_an_error_naming_what_is_expected(tmp_path):
+    out = tmp_path / "out"
+    proc = _grade("--out", str(out), "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "no SUBMISSIONS given" in proc.stderr and "--sample-class" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_no_submissions_in_a_course_without_submitted_is_an_error(tmp_path):
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    proc = _grade("--out", str(tmp_path / "out"), "--no-progress", cwd=course)
+    assert proc.returncode == 2, proc.stderr
+    assert "submitted/" in proc.stderr and "--sample-class" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_sample_class_excludes_other_input_and_make_grade_names_it(tmp_path):
+    proc = _grade(str(tmp_path), "--sample-class", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "--sample-class" in proc.stderr, proc.stderr
+    make = (ROOT / "Makefile").read_text()
+    grade = make[make.index("\ngrade:"):].split("\n\n")[0]
+    assert "--sample-class" in grade, grade
+
+
+def test_error_exits_leave_no_out_folder(tmp_path):
+    out = tmp_path / "deep" / "out"
+    assert _grade(str(tmp_path / "nothing-here"), "--out", str(out)).returncode == 2
+    (tmp_path / "class" / "ann" / A).mkdir(parents=True)
+    proc = _grade(str(tmp_path / "class"), "--out", str(out), "--assignment", "99_nope")
+    assert proc.returncode == 2 and "99_nope" in proc.stderr and A in proc.stderr, proc.stderr
+    assert not out.exists() and not out.parent.exists()
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """One class graded with --assignment 01_layernorm (no --no-progress, stderr a pipe):
+    ann solved 01 (and handed in a stub 02, not asked for); bob put exercise 05's backward.ipynb in
+    01_layernorm/; cho handed in exercise 03's notebook renamed layernorm.ipynb; Canvas user 4242's
+    flat file is marked _LATE_. Then another class into the same --out (refused), then with --fresh."""
+    tmp = tmp_path_factory.mktemp("cli")
+    cls, out = tmp / "class", tmp / "out"
+    _put(cls / "ann" / A / release_dict(A)[0], solved_dict(A))
+    _put(cls / "ann" / R / release_dict(R)[0], release_dict(R)[1])
+    _put(cls / "bob" / A / release_dict(BW)[0], release_dict(BW)[1])
+    _put(cls / "cho" / A / release_dict(A)[0], release_dict(RES)[1])
+    _put(cls / f"deeduck_LATE_4242_777_{release_dict(A)[0]}", release_dict(A)[1])
+    first = _grade(str(cls), "--out", str(out), "--assignment", A)
+    got = {"first": first, "rows": _rows(out) if first.returncode == 0 else {},
+           "header": (out / "grades.csv").read_text().splitlines()[0] if first.returncode == 0 else ""}
+    other = tmp / "other"
+    _put(other / "zed" / A / release_dict(A)[0], release_dict(A)[1])
+    got["before"] = (out / "grades.csv").read_text() if first.returncode == 0 else ""
+    got["other"] = _grade(str(other), "--out", str(out), "--no-progress")
+    got["after_other"] = (out / "grades.csv").read_text() if (out / "grades.csv").exists() else ""
+    got["fresh"] = _grade(str(other), "--out", str(out), "--no-progress", "--fresh")
+    got["fresh_rows"] = _rows(out) if got["fresh"].returncode == 0 else {}
+    got["out"] = out
+    return got
+
+
+def test_assignment_grades_only_that_assignment(graded):
+    assert graded["first"].returncode == 0, graded["first"].stderr[-3000:]
+    assert {a for _, a in graded["rows"]} == {A}, sorted(graded["rows"])  # no 02 row, not even "missing"
+    assert sorted(s for s, _ in graded["rows"]) == ["4242", "ann", "bob", "cho"]
+    ann = graded["rows"][("ann", A)]
+    assert float(ann["score"]) == float(ann["max_score"]) > 0
+
+
+def test_a_notebook_of_another_assignment_says_whose_it_is(graded):
+    bob, cho = graded["rows"][("bob", A)], graded["rows"][("cho", A)]
+    assert f"this is {BW}'s notebook" in bob["message"] and f"not {A}'s" in bob["message"], bob["message"]
+    assert f"this is {RES}'s notebook" in cho["message"], cho["message"]
+    for r in (bob, cho):
+        assert "no answer cell" not in r["message"] and float(r["score"]) == 0
+
+
+def test_late_column_comes_after_review(graded):
+    header = graded["header"].split(",")
+    assert header[-2:] == ["review", "late"], header
+    assert graded["rows"][("4242", A)]["late"] == "yes"
+    assert "late" in graded["rows"][("4242", A)]["message"]
+    assert all(r["late"] == "" for k, r in graded["rows"].items() if k[0] != "4242")
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal(graded):
+    err = graded["first"].stderr
+    assert "grading:" not in err and "nb/s" not in err and "\r" not in err, err[-2000:]
+
+
+def test_another_class_is_refused_and_fresh_starts_over(graded):
+    other = graded["other"]
+    assert other.returncode == 2, other.stderr[-3000:]
+    assert "another class" in other.stderr and "--fresh" in other.stderr, other.stderr
+    assert graded["after_other"] == graded["before"]  # nothing written
+    fresh = graded["fresh"]
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert sorted(graded["fresh_rows"]) == [("zed", A)]
+    out = graded["out"]
+    assert not (out / "feedback" / "ann").exists() and (out / "feedback" / "zed").is_dir()
+    assert [o["student_id"] for o in json.loads((out / "results.json").read_text())] == ["zed"]

@@ -1,0 +1,63 @@
+"""Issue 18, the instructor's side: what README and nbgrader_config.py say, and the autograded
+notebook's first cell (no total that grading by hand would make stale)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from course.release import ROOT
+
+pytestmark = pytest.mark.autograder
+README = (ROOT / "README.md").read_text()
+A = "01_layernorm"
+
+
+def test_the_exchange_root_is_set_once_in_the_course_config():
+    """Step 5's `jupyter lab` reads nbgrader_config.py, not the command line: the exchange lives
+    there, and no README command passes --Exchange.root (which only some commands would get)."""
+    from autograder import nbgrader_course
+
+    course = nbgrader_course.load(ROOT)
+    assert course.config.Exchange.root == "/usr/local/share/nbgrader/exchange"
+    assert "c.Exchange.root" in (ROOT / "nbgrader_config.py").read_text()
+    commands = [ln for ln in README.splitlines() if re.match(r"\s*(nbgrader|jupyter|python -m autograder)", ln)]
+    assert commands and not any("--Exchange.root" in ln for ln in commands)
+
+
+def test_readme_gives_no_shared_account_advice_and_says_what_is_safe():
+    assert "several students share one account" not in README and "Do not let students share one account" in README
+    assert "unix account of their own" in README and "learning-management system" in README
+
+
+def test_readme_says_how_to_import_a_roster_and_which_grades_are_final():
+    assert "nbgrader db student import roster.csv" in README and "None, None" in README
+    assert "id,first_name,last_name,email" in README
+    assert "authoritative" in README and "nbgrader export" in README
+    assert "no setting that hides or disables it" in README  # the Autograde button
+
+
+def test_readme_documents_the_cli_of_issue_18():
+    for s in ("--sample-class", "--assignment NAME", "--fresh", "another class", "`late`"):
+        assert s in README, s
+
+
+def test_autograded_notebook_states_no_total(tmp_path):
+    """The formgrader's feedback page has nbgrader's own Score header (manual grades included): the
+    course grader's first cell lists each autograded test's points, never a total of its own."""
+    from autograder.nbgrader_course import build_notebook
+    from autograder.outcome import Outcome, TestResult
+    from autograder.plan import release_cells
+
+    release = ROOT / "exercises" / A / "layernorm.ipynb"
+    tests = [c for c in release_cells(release) if c["role"] == "test"]
+    o = Outcome("ann", A, notebook="layernorm.ipynb", status="graded", message="1 of 2 tests passed")
+    o.tests = [TestResult(c["grade_id"], "doc", float(c["points"]) if i == 0 else 0.0, float(c["points"]), i == 0)
+               for i, c in enumerate(tests)]
+    o.score, o.max_score = sum(t.points for t in o.tests), sum(t.max_points for t in o.tests)
+    nb = build_notebook(release, None, o)
+    head = "".join(nb.cells[0].source)
+    assert "score:" not in head.lower() and f"{o.score:g} / {o.max_score:g}" not in head, head
+    assert "autograded tests" in head and "manual" in head
+    t0 = o.tests[0]
+    assert f"{t0.points:g} / {t0.max_points:g}  {t0.grade_id}" in head
