@@ -174,12 +174,7 @@ def main(argv=None) -> int:
         if args.scheduler:
             outcomes = grade_on_cluster(Path(args.submissions), scheduler=args.scheduler, limits=limits,
                                         sandbox=not args.no_sandbox, progress=not args.no_progress,
-                                        root=Path(args.course_root))
-            if args.assignment:  # the cluster grades what it finds: keep the asked-for assignments
-                unknown = sorted({a for a in args.assignment if not (Path(args.course_root) / "exercises" / a).is_dir()})
-                if unknown:
-                    raise InputError(f"no assignment called {', '.join(map(repr, unknown))} in this course")
-                outcomes = [o for o in outcomes if o.assignment in set(args.assignment)]
+                                        root=Path(args.course_root), assignments=args.assignment)
             same_class({o.student_id for o in outcomes})
         else:
             outcomes = grade_class(Path(args.submissions), out, jobs=args.jobs, limits=limits,

@@ -36,7 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
-from autograder.grade import Course, _fill_class, grade_one
+from autograder.grade import Course, _fill_class, grade_one, select
 from autograder.ingest import Entry, discover
 from autograder.outcome import Outcome, TestResult, check_for
 from autograder.plan import MAX_NOTEBOOK_BYTES
@@ -306,9 +306,11 @@ def _ask_workers(client, want: str, sandbox: bool, answer_s: float = CHECK_S) ->
 
 
 def grade_on_cluster(src: Path, *, scheduler: str, limits: Limits | None = None, sandbox: bool = True,
-                     root: Path = ROOT, progress: bool = True, connect_s: float = 30.0) -> list[Outcome]:
-    """Grade every submission in ``src`` on the cluster behind ``scheduler``; return the outcomes,
-    sorted, as :func:`autograder.grade.grade_class` does (the caller writes them)."""
+                     root: Path = ROOT, progress: bool = True, connect_s: float = 30.0,
+                     assignments=None) -> list[Outcome]:
+    """Grade every submission in ``src`` (only ``assignments`` when given) on the cluster behind
+    ``scheduler``; return the outcomes, sorted, as :func:`autograder.grade.grade_class` does (the
+    caller writes them)."""
     from distributed import KilledWorker, as_completed
 
     limits = limits or Limits()
@@ -316,7 +318,7 @@ def grade_on_cluster(src: Path, *, scheduler: str, limits: Limits | None = None,
     want = course_hash(root)
     scratch = Path(tempfile.mkdtemp(prefix="autograde-"))
     try:
-        entries = discover(src, course.catalog, scratch)
+        entries = select(discover(src, course.catalog, scratch), course.catalog, assignments)
         from coursekit.checks import load_all
         load_all()
         with _connect(scheduler, connect_s) as client:
