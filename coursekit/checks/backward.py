@@ -663,12 +663,25 @@ def _expect_kept(kept) -> list:
     return kept
 
 
+def _expect_kept_matches_saved(kept, saved) -> None:
+    """The record's two views of one measurement agree: each tensor given to save_for_backward is
+    one kept storage labelled "saved" (its shape and dtype), and no kept storage is smaller than
+    the tensor it was seen through. A record emptied or cut short on its way out fails here."""
+    from collections import Counter
+
+    want = Counter((tuple(t.shape), str(t.dtype)[6:]) for t in saved)
+    got = Counter((tuple(k["shape"]), k["dtype"]) for k in kept if k["where"] == "saved")
+    if got != want or any(k["nbytes"] < _seen_bytes(k) for k in kept):
+        raise CheckFailed("the probe's record of what forward keeps does not match the tensors it saved")
+
+
 def saved_judge(out, cases) -> None:
     for (seed, shape, dtype), got in paired(cases, out, {"saved": ANY, "attrs": ANY, "kept": ANY}):
         if not (isinstance(got["saved"], list) and isinstance(got["attrs"], list)):
             raise CheckFailed("the probe's record of saved tensors is malformed")
         ts = [expect_tensor(t, "a saved tensor") for t in got["saved"] + got["attrs"]]
         kept = _expect_kept(got["kept"])
+        _expect_kept_matches_saved(kept, got["saved"])
         d = shape[-1]
         rows = 1
         for s in shape[:-1]:
