@@ -506,7 +506,7 @@ SAVED_CASES = (  # seed, shape, dtype
 CTX_WALK_LIMIT = 100_000
 
 
-def _live_storages() -> dict:
+def _live_storages(objects=None) -> dict:
     """Every tensor storage the interpreter can reach now: ``data_ptr -> (nbytes, tensor)``.
 
     Scans the objects the garbage collector tracks (tensors, and storages held on their own), so
@@ -518,7 +518,7 @@ def _live_storages() -> dict:
     found = {}
     with warnings.catch_warnings(), torch._C.DisableTorchFunctionSubclass():
         warnings.simplefilter("ignore")  # isinstance on torch's deprecated module proxies warns
-        for o in gc.get_objects():
+        for o in (gc.get_objects() if objects is None else objects):
             kind = type(o)
             if not (issubclass(kind, torch.Tensor) or issubclass(kind, torch.UntypedStorage)):
                 continue
@@ -584,6 +584,7 @@ def saved_probe(ns, cases) -> list:
     """
     cls = fused_class(ns)
     out = []
+    old = _live_storages()  # every storage alive before any forward (held, so no address is reused)
     for seed, shape, dtype in cases:
         x, r, w, _, _ = fused_inputs(seed, shape, {}, dtype)
         packed = []
@@ -593,17 +594,23 @@ def saved_probe(ns, cases) -> list:
             return t
 
         leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
-        gc.collect()
-        before = _live_storages()
-        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
-        node = y.grad_fn
-        if node is None:
-            raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
-                              "inputs passed to it?")
-        del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
-        gc.collect()
-        after = _live_storages()
+        before = dict(old)
+        before.update(_live_storages([x, r, w, *leaves]))
+        # Everything alive now is frozen: the collector then scans, and get_objects returns, only
+        # the objects made from here on (what forward made and kept), which is fast on a big heap.
+        gc.freeze()
+        try:
+            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
+            node = y.grad_fn
+            if node is None:
+                raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
+                                  "inputs passed to it?")
+            del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
+            gc.collect()
+            after = _live_storages(gc.get_objects())
+        finally:
+            gc.unfreeze()
         saved = [t for ref in packed if (t := ref()) is not None]
         attrs = _ctx_tensors(node)
         kept = {}
@@ -618,6 +625,7 @@ def saved_probe(ns, cases) -> list:
                     "attrs": [t.detach().clone() for t in attrs],
                     "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"]))})
         del node, saved, attrs, before, after
+    del old
     return out
 
 
