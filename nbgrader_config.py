@@ -6,7 +6,10 @@ validate, autograde, formgrader, export) works here as it stands:
   release -> exercises/   (what students get; regenerate with `make exercises`)
   submitted/, autograded/, feedback/, gradebook.db stay nbgrader's defaults (git-ignored).
 """
+import atexit
 import os
+import shutil
+import tempfile
 
 c = get_config()  # noqa: F821 -- injected by nbgrader
 
@@ -36,3 +39,11 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Grade with the kernel of the environment nbgrader runs in, whatever kernelspec a submission names.
 c.Execute.kernel_name = "python3"
 c.Execute.timeout = 300
+
+# Kernels (autograde, validate) talk to nbgrader over Unix sockets in a private folder (0700) made for
+# this command and removed when it ends, not over TCP ports: over TCP without CurveZMQ keys every
+# kernel start prints ipykernel's "Kernel is running over TCP without encryption" warning.
+_kernel_sockets = tempfile.mkdtemp(prefix="nbgrader-kernels-")
+atexit.register(shutil.rmtree, _kernel_sockets, True)
+c.KernelManager.transport = "ipc"
+c.KernelManager.ip = os.path.join(_kernel_sockets, "kernel")

@@ -5,7 +5,8 @@
    Sphinx serves ``_mathjax/`` as a static path, so the site has ``_static/mathjax/``):
    the ``tex-chtml.js`` bundle, its woff-v2 fonts and the TeX extensions its autoloader may
    fetch. ``_config.yml`` points Sphinx's ``mathjax_path`` there, so no page asks a CDN.
-2. ``jupyter-book build . --warningiserror --keep-going``: every Sphinx warning fails the build,
+2. ``jupyter-book build . --warningiserror --keep-going`` (through :mod:`book.local_kernels`, so
+   the chapters' kernels use local sockets, not TCP): every Sphinx warning fails the build,
    all of them are reported. Chapter results are cached (``execute_notebooks: cache``), so a
    rebuild with nothing changed runs no code.
 
@@ -85,8 +86,8 @@ def build(all_pages: bool = False) -> int:
     failed_marker = ROOT / "_build" / ".last-build-failed"
     if failed_marker.exists():
         all_pages = True
-    jb = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(ROOT),
+    # jupyter-book itself, with the chapters' kernels on local sockets (book/local_kernels.py)
+    cmd = [sys.executable, "-m", "book.local_kernels", "build", str(ROOT),
            "--warningiserror", "--keep-going"]
     if all_pages:
         cmd.append("--all")
