@@ -189,3 +189,72 @@ def test_short_training_records_and_learns():
     for k in ("loss", "grad_norm", "max_logit", "wq_norm", "wq_turn", "gain"):
         assert len(rec[k]) == 12
     assert rec["evals"][-1][1] < rec["evals"][0][1]
+
+
+def _state_norms(model: by.NGPT, tokens: torch.Tensor) -> torch.Tensor:
+    """The norm of every token's state after the embedding and after each layer."""
+    h = model.embed(tokens)
+    out = [h.norm(dim=-1)]
+    for layer in model.layers:
+        h = layer(h)
+        out.append(h.norm(dim=-1))
+    return torch.stack(out)
+
+
+def test_ngpt_keeps_its_state_on_the_unit_sphere():
+    """nGPT's hidden state has norm 1 after the embedding and after every layer; a plain
+    residual update (h + attn(h), no renormalization) leaves the sphere."""
+    model = by.NGPT(_tiny(ngpt=True), seed=2)
+    tokens = torch.randint(0, 11, (3, 8))
+    torch.testing.assert_close(_state_norms(model, tokens), torch.ones(3, 3, 8))
+    h = model.embed(tokens)
+    plain = h + model.layers[0].attn(h)
+    assert not torch.allclose(plain.norm(dim=-1), torch.ones(3, 8), atol=1e-3)
+
+
+def test_ngpt_matrices_are_unit_along_the_width_after_each_step():
+    """After an optimizer step and renormalize(): rows of what reads the D-wide stream (embeddings,
+    qkv, up, head), columns of what writes it (proj, down). Normalizing proj's rows instead
+    (the wrong axis) leaves its columns off the sphere."""
+    cfg = _tiny(ngpt=True)
+    model = by.NGPT(cfg, seed=3)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    by.lm_loss(model, torch.randint(0, 11, (4, 9))).backward()
+    opt.step()
+    proj = model.layers[0].attn.proj.weight
+    assert not torch.allclose(proj.norm(dim=0), torch.ones(16), atol=1e-3)  # the step moved them
+    by.renormalize(model)
+    ones = lambda n: torch.ones(n)
+    for layer in model.layers:
+        torch.testing.assert_close(layer.attn.qkv.weight.norm(dim=1), ones(48))
+        torch.testing.assert_close(layer.up.weight.norm(dim=1), ones(64))
+        torch.testing.assert_close(layer.attn.proj.weight.norm(dim=0), ones(16))
+        torch.testing.assert_close(layer.down.weight.norm(dim=0), ones(64))  # 64 columns of length D
+    for w in (model.tok.weight, model.pos.weight, model.head.weight):
+        torch.testing.assert_close(w.norm(dim=1), ones(w.shape[0]))
+    wrong = by.unit(proj.detach() + 0.3 * torch.randn_like(proj), dim=1)
+    assert not torch.allclose(wrong.norm(dim=0), ones(16), atol=1e-3)
+
+
+def test_ngpt_learned_scales_start_at_their_init_and_move_slowly():
+    """Scale(init, stored) starts at init; Adam's first step (size lr on the stored value) moves it
+    by lr * init / stored, not by lr."""
+    s = by.Scale(4, init=0.05, stored=0.125)
+    torch.testing.assert_close(s(), torch.full((4,), 0.05))
+    opt = torch.optim.Adam(s.parameters(), lr=0.01)
+    s().sum().backward()
+    opt.step()
+    torch.testing.assert_close(s(), torch.full((4,), 0.05 - 0.01 * 0.05 / 0.125))
+
+
+def test_ngpt_trains_through_the_chapters_loop():
+    """train() builds nGPT from the config, renormalizes after each step and records its logits."""
+    text = "the residual stream carries every layer's update. " * 40
+    chars = sorted(set(text))
+    ids = torch.tensor([chars.index(c) for c in text])
+    data = (ids[:1500], ids[1500:], chars)
+    cfg = by.Config(vocab=len(chars), ctx=16, width=16, heads=2, depth=2, ngpt=True)
+    rec = by.train(cfg, steps=30, data=data, wd=0.0, warmup=0, lr=1e-2, eval_every=10)
+    assert isinstance(rec["model"], by.NGPT)
+    assert rec["evals"][-1][1] < rec["evals"][0][1] - 0.3
+    torch.testing.assert_close(rec["model"].head.weight.norm(dim=1), torch.ones(len(chars)))

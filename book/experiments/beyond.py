@@ -2,6 +2,7 @@
 
 A character model with a block written out by hand, so that its inside can be changed: the norm
 (LayerNorm, RMSNorm, or DyT, Zhu et al. 2025), sequential or parallel sublayers (GPT-J, PaLM),
+nGPT's model on the unit sphere (Loshchilov et al. 2025, :class:`NGPT`),
 QK-norm on queries and keys (Henry et al. 2020, Dehghani et al. 2023), LayerNorm scaling by
 1/sqrt(layer index) (Sun et al. 2025) and stochastic depth (Huang et al. 2016). The data, the
 held-out batch and the warm-up schedule are those of :mod:`book.experiments.charlm` (chapter 09).
@@ -56,6 +57,7 @@ class Config:
     qk_norm: bool = False       # RMS-normalize each head's queries and keys (learned gain)
     depth_scaled: bool = False  # multiply each norm's output by 1/sqrt(l), l = 1, 2, ...
     drop_path: float = 0.0      # stochastic depth: drop each branch with this probability
+    ngpt: bool = False          # the whole model as nGPT (NGPT below); the fields above then unused
 
 
 def drop_branch(branch: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -138,6 +140,109 @@ class CharNet(nn.Module):
         return self.head(self.final(x))
 
 
+# --- nGPT (Loshchilov et al. 2025): the state, the embeddings and every matrix on the sphere ---
+
+def unit(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """x / ||x|| along ``dim``: a point on the unit sphere."""
+    return x / x.norm(dim=dim, keepdim=True).clamp_min(1e-12)
+
+
+class Scale(nn.Module):
+    """nGPT's learned per-feature scale s = init * (p / p0), with p stored at p0 = ``stored``:
+    a small stored value makes Adam's fixed-size steps small steps of s (the paper's s_scale)."""
+
+    def __init__(self, width: int, init: float, stored: float):
+        super().__init__()
+        self.ratio = init / stored
+        self.p = nn.Parameter(torch.full((width,), stored))
+
+    def forward(self):
+        return self.p * self.ratio
+
+
+class NAttention(nn.Module):
+    """Causal attention with unit-norm queries and keys, each feature scaled by s_qk, and the
+    softmax scale sqrt(d_head) in place of 1/sqrt(d_head) (a dot of unit vectors is a cosine)."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.heads, hs = cfg.heads, cfg.width // cfg.heads
+        self.qkv = nn.Linear(cfg.width, 3 * cfg.width, bias=False)
+        self.proj = nn.Linear(cfg.width, cfg.width, bias=False)
+        self.s_qk = Scale(hs, 1.0, 1.0 / math.sqrt(cfg.width))
+        self.max_logit = None
+
+    def forward(self, h):  # h: [B, T, D], unit rows
+        B, T, D = h.shape
+        q, k, v = self.qkv(h).view(B, T, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        q, k = unit(q) * self.s_qk(), unit(k) * self.s_qk()
+        logits = q @ k.transpose(-2, -1) * math.sqrt(q.shape[-1])
+        self.max_logit = logits.detach().abs().max().item()
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        att = logits.masked_fill(mask, float("-inf")).softmax(-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(B, T, D))
+
+
+class NLayer(nn.Module):
+    """h <- unit(h + alpha_A * (unit(attn(h)) - h)), then the same with the MLP: each sublayer moves
+    the state part of the way toward its own (normalized) output; alpha starts at 0.05 per feature.
+    The MLP's hidden pre-activation is scaled by sqrt(D) * s_u (unit rows times a unit state give
+    entries of size about 1/sqrt(D))."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        d = cfg.width
+        self.attn = NAttention(cfg)
+        self.up = nn.Linear(d, 4 * d, bias=False)
+        self.down = nn.Linear(4 * d, d, bias=False)
+        self.s_u = Scale(4 * d, 1.0, 1.0)
+        self.alpha_a = Scale(d, 0.05, 1.0 / math.sqrt(d))
+        self.alpha_m = Scale(d, 0.05, 1.0 / math.sqrt(d))
+
+    def forward(self, h):
+        h = unit(h + self.alpha_a() * (unit(self.attn(h)) - h))
+        mid = F.gelu(self.up(h) * self.s_u() * math.sqrt(h.shape[-1]))
+        return unit(h + self.alpha_m() * (unit(self.down(mid)) - h))
+
+
+class NGPT(nn.Module):
+    """The character model as nGPT: no norm layers; embeddings, the state and the head's rows on
+    the unit sphere; logits = s_z * (E h), a cosine per character scaled by a learned s_z.
+    :func:`renormalize` puts every matrix back on the sphere after each optimizer step."""
+
+    def __init__(self, cfg: Config, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab, cfg.width)
+        self.pos = nn.Embedding(cfg.ctx, cfg.width)
+        self.layers = nn.ModuleList(NLayer(cfg) for _ in range(cfg.depth))
+        self.head = nn.Linear(cfg.width, cfg.vocab, bias=False)
+        self.s_z = Scale(cfg.vocab, 1.0, 1.0 / math.sqrt(cfg.width))
+        renormalize(self)
+
+    def embed(self, tokens):
+        return unit(self.tok(tokens) + self.pos(torch.arange(tokens.shape[1])))
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(h) * self.s_z()
+
+
+@torch.no_grad()
+def renormalize(model: NGPT) -> None:
+    """Every matrix back to unit norm along the model's width D: rows of the embeddings, the head,
+    qkv and up (they read a D-vector), columns of proj and down (they write one)."""
+    writers = {id(m) for layer in model.layers for m in (layer.attn.proj, layer.down)}
+    for m in model.modules():
+        if isinstance(m, nn.Embedding):
+            m.weight.copy_(unit(m.weight, dim=1))
+        elif isinstance(m, nn.Linear):
+            m.weight.copy_(unit(m.weight, dim=0 if id(m) in writers else 1))
+
+
 def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -157,7 +262,7 @@ def gains(model: nn.Module) -> torch.Tensor:
     """Every norm gain (LayerNorm/RMSNorm weight, DyT gamma) of the model, concatenated."""
     out = [m.weight for m in model.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
     out += [m.gamma for m in model.modules() if isinstance(m, DyT)]
-    return torch.cat([g.detach().flatten() for g in out])
+    return torch.cat([g.detach().flatten() for g in out]) if out else torch.full((1,), math.nan)
 
 
 def param_groups(model: nn.Module, wd: float, decay_vectors: bool):
@@ -188,7 +293,7 @@ def train(cfg: Config, steps: int = 300, lr: float = 3e-3, wd: float = 0.1,
     continue a run. Returns a dict (the model and optimizer included)."""
     train_ids, held_ids, _ = charlm.corpus() if data is None else data
     if model is None:
-        model = CharNet(cfg, seed)
+        model = (NGPT if cfg.ngpt else CharNet)(cfg, seed)
     if opt is None:
         opt = torch.optim.AdamW(param_groups(model, wd, decay_vectors), lr=lr, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(1000 + seed + start)
@@ -210,6 +315,8 @@ def train(cfg: Config, steps: int = 300, lr: float = 3e-3, wd: float = 0.1,
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip else math.inf)
         before = [w.detach().clone() for w in query_weights(model)]
         opt.step()
+        if isinstance(model, NGPT):
+            renormalize(model)
         after = query_weights(model)
         rec["wq_turn"].append(sum(angle(b, a) for b, a in zip(before, after)) / len(before))
         rec["wq_norm"].append(sum(a.norm().item() for a in after) / len(after))
@@ -280,6 +387,11 @@ RUNS = {  # name -> (Config changes, train() keyword changes)
     "QK-norm, no weight decay": ({"qk_norm": True}, {"wd": 0.0}),
     "LayerNorm, gains decayed": ({}, {"decay_vectors": True}),
     "LayerNorm scaled 1/sqrt(l)": ({"depth_scaled": True}, {}),
+    # nGPT as its paper trains it: no weight decay, no warm-up; at this learning rate and at a
+    # larger one, beside LayerNorm at the larger one (one learning rate alone would favour one)
+    "nGPT": ({"ngpt": True}, {"wd": 0.0, "warmup": 0}),
+    "nGPT, lr 1e-2": ({"ngpt": True}, {"wd": 0.0, "warmup": 0, "lr": 1e-2}),
+    "LayerNorm, lr 1e-2": ({}, {"lr": 1e-2}),
 }
 
 
