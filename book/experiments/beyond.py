@@ -148,8 +148,9 @@ def unit(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 class Scale(nn.Module):
-    """nGPT's learned per-feature scale s = init * (p / p0), with p stored at p0 = ``stored``:
-    a small stored value makes Adam's fixed-size steps small steps of s (the paper's s_scale)."""
+    """nGPT's learned per-feature scale s = init * (p / p0), the parameter p starting at p0 =
+    ``stored`` (the paper's s_init and s_scale). Adam moves p by about lr per step, so s moves by
+    (init / stored) * lr: a stored value below init speeds s up, one above init slows it down."""
 
     def __init__(self, width: int, init: float, stored: float):
         super().__init__()
