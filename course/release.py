@@ -132,9 +132,53 @@ def main(argv=None) -> int:
         print(f"set the description line of {len(stale)} test cells from their checks")
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(Path(tmp))
-        return sync_tree(fresh, ROOT / "exercises", check=args.check,
-                         stale="exercises/ is not what nbgrader generates from solutions/; run `make exercises`",
-                         done=f"regenerated exercises/ for: {', '.join(assignments())}")
+        rc = sync_tree(fresh, ROOT / "exercises", check=args.check,
+                       stale="exercises/ is not what nbgrader generates from solutions/; run `make exercises`",
+                       done=f"regenerated exercises/ for: {', '.join(assignments())}")
+        return max(rc, sync_released_cells(fresh, check=args.check))
+
+
+def released_cells(exercises: Path) -> dict:
+    """Every released notebook's nbgrader cells in order (``"<assignment>/<notebook>"`` ->
+    ``[{"grade_id", "role", "source", "points"}]``; the source only for locked code cells, the setup and the
+    visible tests, which the release shows every student). The self-check runs these as released,
+    as the grader does (:mod:`coursekit.released`)."""
+    import nbformat
+
+    from course import cells
+
+    out = {}
+    for path in sorted(exercises.glob("*/*.ipynb")):
+        nb = nbformat.read(str(path), as_version=4)
+        rows = []
+        for c in nb.cells:
+            gid, r = cells.grade_id(c), cells.role(c)
+            if gid is None or r == "markdown":
+                continue
+            locked = r != "answer" and cells.meta(c).get("locked") is True
+            row = {"grade_id": gid, "role": r, **({"source": c.source} if locked else {})}
+            if r == "test":
+                row["points"] = float(cells.meta(c).get("points") or 0)
+            rows.append(row)
+        out[f"{path.parent.name}/{path.name}"] = rows
+    return out
+
+
+def sync_released_cells(exercises: Path, check: bool) -> int:
+    """``coursekit/released.json`` is generated from the release, like ``exercises/`` itself."""
+    import json
+
+    target = ROOT / "coursekit" / "released.json"
+    text = json.dumps(released_cells(exercises), indent=1, sort_keys=True) + "\n"
+    if check:
+        if not target.exists() or target.read_text() != text:
+            print("coursekit/released.json is not the release's locked cells; run `make exercises`")
+            return 1
+        print("coursekit/released.json is in sync")
+        return 0
+    target.write_text(text)
+    print("wrote coursekit/released.json")
+    return 0
 
 
 def sync_tree(fresh: Path, target: Path, *, check: bool, stale: str, done: str, shown: int = 30) -> int:

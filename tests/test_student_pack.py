@@ -136,7 +136,8 @@ def test_pack_readme_says_what_to_do_when_pip_hangs_and_the_installed_size(built
     readme = zipfile.ZipFile(built).read("student-pack/README.md").decode()
     assert pack.PIP_LINE_QUICK in readme and "--timeout 15 --retries 1" in pack.PIP_LINE_QUICK
     assert pack.PIP_LINE_PYPI in readme and "download.pytorch.org" not in pack.PIP_LINE_PYPI
-    assert "hang" in readme and pack.INSTALLED_SIZE in readme
+    assert "seems stuck" in readme and "WARNING: Retrying" in readme and pack.INSTALLED_SIZE in readme
+    assert "python3 -m venv .venv" in readme  # the environment is made before the pip line
     assert readme.index(pack.PIP_LINE) < readme.index(pack.PIP_LINE_QUICK)  # the one line stays first
 
 
