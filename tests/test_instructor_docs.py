@@ -61,3 +61,24 @@ def test_autograded_notebook_states_no_total(tmp_path):
     assert "autograded tests" in head and "manual" in head
     t0 = o.tests[0]
     assert f"{t0.points:g} / {t0.max_points:g}  {t0.grade_id}" in head
+
+
+def test_class_data_written_into_the_course_is_git_ignored_and_survives_make_clean():
+    """What the README's steps write into the course folder (step 4's --out, nbgrader export's
+    grades.csv, the roster) is git-ignored and outside _build/ (which `make clean` removes)."""
+    import subprocess
+
+    step4 = re.search(r"python -m autograder grade submitted --out (\S+)", README).group(1)
+    assert not step4.startswith("_build")
+    for path in (step4 + "/grades.csv", "grades.csv", "roster.csv"):
+        res = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT)
+        assert res.returncode == 0, f"{path} is not git-ignored"
+    clean = re.search(r"^clean:\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    assert step4 not in clean and "grades.csv" not in clean
+
+
+def test_readme_regenerates_feedback_with_force_and_keeps_the_course_private():
+    """Without --force, generate_feedback skips a student whose feedback exists, even after a
+    manual score changed; on a shared machine the course folder must not be readable by students."""
+    assert "nbgrader generate_feedback --force 01_layernorm" in README
+    assert "chmod 700" in README and "Keep the course folder private" in README
