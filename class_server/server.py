@@ -90,11 +90,12 @@ def _exists(user: str) -> bool:
 def ensure_accounts(people: list[dict], group: str) -> dict[str, str]:
     """One unix account per person (home 0700), the instructors in ``group``. Returns the first
     password of each account created here (existing accounts keep theirs)."""
+    created = {}
     try:
         grp.getgrnam(group)
     except KeyError:
         run("groupadd", group)
-    created = {}
+        created[":group"] = group
     for p in people:
         u = p["id"]
         if not _exists(u):
@@ -392,6 +393,8 @@ def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, g
     state = json.loads(state_file.read_text()) if state_file.exists() else {"created_users": []}
 
     created = ensure_accounts(people, group)
+    if created.pop(":group", None):
+        state["created_group"] = group
     if created:
         pw_file = class_dir / "passwords.csv"
         new = not pw_file.exists()
@@ -515,6 +518,6 @@ def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeo
                 pass
         time.sleep(0.5)
     if remove_users:
-        remove_accounts(state.get("created_users", []), state.get("group"))
+        remove_accounts(state.get("created_users", []), state.get("created_group"))
     if purge:
         shutil.rmtree(class_dir, ignore_errors=True)

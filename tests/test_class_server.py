@@ -240,6 +240,7 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
     final = {r["student_id"]: float(r["score"]) for r in csv.DictReader(open(course / "export.csv"))}
     assert final == {alice: 15.0, bob: 0.0}
 
+    feedback = {}
     for s, score in ((alice, 15.0), (bob, 0.0)):
         login(s)
         open_assignments()
@@ -250,21 +251,20 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
         pages = list((home / A / "feedback").rglob(f"{NB}.html"))
         assert len(pages) == 1, pages
         assert f"(Score: {score:.1f} / 15.0)" in pages[0].read_text()
-        rel = pages[0].relative_to(home)
+        assert pages[0].read_bytes() == (course / "feedback" / s / A / f"{NB}.html").read_bytes()  # theirs
+        rel = feedback[s] = pages[0].relative_to(home)
         d.get(f"{url}/user/{s}/files/{rel}")
         wait(lambda d: "Score:" in d.find_element(By.TAG_NAME, "body").text, "the feedback page")
         assert f"(Score: {score:.1f} / 15.0)" in d.find_element(By.TAG_NAME, "body").text
         shot(f"{s.split('_')[1]}_feedback_page")
         other = bob if s == alice else alice
-        # the other student's server is not theirs to open (the hub refuses), nor the formgrader
-        d.get(f"{url}/user/{other}/lab")
-        time.sleep(1)
-        assert f"/user/{other}/lab" not in d.current_url or "403" in d.page_source or "Forbidden" in d.page_source, \
-            d.current_url
-        shot(f"{s.split('_')[1]}_opens_{other.split('_')[1]}s_server")
+        # the other student's server (their files, their feedback) is not theirs to open: the hub refuses
+        theirs = f"{A}/{NB}.ipynb" if s == alice else str(feedback[alice])
+        d.get(f"{url}/user/{other}/files/{theirs}")
+        wait(lambda d: "403" in d.find_element(By.TAG_NAME, "body").text, f"the hub refusing {s} {other}'s files")
+        shot(f"{s.split('_')[1]}_opens_{other.split('_')[1]}s_files")
         d.get(f"{url}/user/{s}/formgrader")
-        time.sleep(1)
-        assert "404" in d.title or "Not Found" in d.page_source, d.title
+        wait(lambda d: "404" in d.find_element(By.TAG_NAME, "body").text, f"no formgrader for {s}")
         shot(f"{s.split('_')[1]}_has_no_formgrader")
     for s in (alice, bob):  # on disk: each home holds its own feedback, and only that
         other = bob if s == alice else alice
