@@ -79,7 +79,7 @@ def read_roster(path: Path) -> list[dict]:
 # Accounts
 # ------------------------------------------------------------------------------------------------
 
-def _exists(user: str) -> bool:
+def user_exists(user: str) -> bool:
     try:
         pwd.getpwnam(user)
         return True
@@ -87,18 +87,23 @@ def _exists(user: str) -> bool:
         return False
 
 
+def ensure_group(group: str) -> bool:
+    """The instructors' group; True when it is made here."""
+    try:
+        grp.getgrnam(group)
+        return False
+    except KeyError:
+        run("groupadd", group)
+        return True
+
+
 def ensure_accounts(people: list[dict], group: str) -> dict[str, str]:
     """One unix account per person (home 0700), the instructors in ``group``. Returns the first
     password of each account created here (existing accounts keep theirs)."""
     created = {}
-    try:
-        grp.getgrnam(group)
-    except KeyError:
-        run("groupadd", group)
-        created[":group"] = group
     for p in people:
         u = p["id"]
-        if not _exists(u):
+        if not user_exists(u):
             gecos = f"{p['first_name']} {p['last_name']}".strip().replace(":", " ")
             run("useradd", "--create-home", "--shell", "/bin/bash", "--comment", gecos, u)
             password = secrets.token_urlsafe(12)
@@ -117,7 +122,7 @@ def ensure_accounts(people: list[dict], group: str) -> dict[str, str]:
 
 def remove_accounts(users: list[str], group: str | None) -> None:
     for u in users:
-        if _exists(u):
+        if user_exists(u):
             subprocess.run(["userdel", "--remove", u], capture_output=True)
     if group:
         subprocess.run(["groupdel", group], capture_output=True)
@@ -392,9 +397,14 @@ def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, g
     state_file = hub / "class.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {"created_users": []}
 
-    created = ensure_accounts(people, group)
-    if created.pop(":group", None):
+    if ensure_group(group):
         state["created_group"] = group
+    created = ensure_accounts(people, group)
+    # Recorded at once, so that `down --remove-users` finds them even if a later step fails.
+    state["created_users"] = sorted(set(state["created_users"]) | set(created))
+    state.setdefault("instructors", instructors)
+    state.setdefault("students", students)
+    state_file.write_text(json.dumps(state, indent=1))
     if created:
         pw_file = class_dir / "passwords.csv"
         new = not pw_file.exists()
@@ -477,7 +487,21 @@ def _kill_group(pid: int, timeout: float) -> None:
             time.sleep(0.2)
 
 
-def _user_pids(uids: set[int]) -> list[int]:
+def group_pids(pgid: int) -> list[int]:
+    """The processes of one process group (the hub's: the hub, the proxy, what they started)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(d.name))
+    return pids
+
+
+def user_pids(uids: set[int]) -> list[int]:
     pids = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -508,7 +532,7 @@ def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeo
             pass
     uids.discard(0)
     for _ in range(3):
-        pids = _user_pids(uids)
+        pids = user_pids(uids)
         if not pids:
             break
         for p in pids:

@@ -28,6 +28,7 @@ import pwd
 import secrets
 import shutil
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -35,7 +36,6 @@ import pytest
 
 from tools.fixture_class import solved_dict
 
-pytestmark = [pytest.mark.hub, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 ART = ROOT / "_build" / "artifacts" / "hub"
 A, NB = "01_layernorm", "layernorm"
@@ -71,6 +71,22 @@ def driver():
         d.quit()
 
 
+def test_roster_reads_nbgraders_columns_and_a_role(tmp_path):
+    from class_server.server import ClassError, read_roster
+
+    f = tmp_path / "roster.csv"
+    f.write_text("id,first_name,last_name,email,role\nada,Ada,L,ada@x.org,instructor\nbo,Bo,B,,\n")
+    assert [(p["id"], p["role"]) for p in read_roster(f)] == [("ada", "instructor"), ("bo", "student")]
+    for bad, why in (("id,first_name\nbo,Bo\n", "no instructor"), ("id,role\nAda,instructor\n", "unix user name"),
+                     ("id,role\nada,instructor\nada,student\n", "twice"), ("id,role\nada,teacher\n", "role must"),
+                     ("name\nada\n", "header")):
+        f.write_text(bad)
+        with pytest.raises(ClassError, match=why):
+            read_roster(f)
+
+
+@pytest.mark.hub
+@pytest.mark.slow
 def test_a_class_on_one_server(tmp_path, driver):
     from class_server import server
 
@@ -90,15 +106,20 @@ def test_a_class_on_one_server(tmp_path, driver):
     class_dir = Path(f"/srv/rnh{tag}-class")
     checkout_mode = stat.S_IMODE(ROOT.stat().st_mode)
     start = time.monotonic()
+    info = None
     try:
         info = server.up(roster, class_dir, port=_free_port(), group=f"rnh{tag}-instructors", wait=120)
         _class(driver, info, class_dir, teach, alice, bob, start)
     finally:
-        uids = [pwd.getpwnam(u).pw_uid for u in (teach, alice, bob) if server._exists(u)]
-        server.down(class_dir, remove_users=True, purge=True, timeout=20)
         os.chmod(ROOT, checkout_mode)  # `up` locked this checkout; the test gives it its mode back
-        assert not server._user_pids(set(uids)), "processes of the class's users survived `down`"
-        assert not any(server._exists(u) for u in (teach, alice, bob)) and not class_dir.exists()
+        uids = [pwd.getpwnam(u).pw_uid for u in (teach, alice, bob) if server.user_exists(u)]
+        server.down(class_dir, remove_users=True, purge=True, timeout=20)
+        server.remove_accounts([u for u in (teach, alice, bob) if server.user_exists(u)], None)  # if `up` failed early
+        subprocess.run(["groupdel", f"rnh{tag}-instructors"], capture_output=True)
+        assert not server.user_pids(set(uids)), "processes of the class's users survived `down`"
+        if info is not None:  # the hub, the proxy and whatever else the hub started
+            assert not server.group_pids(info["pid"]), "processes of the hub survived `down`"
+        assert not any(server.user_exists(u) for u in (teach, alice, bob)) and not class_dir.exists()
     assert time.monotonic() - start < BUDGET + 60
 
 
