@@ -446,7 +446,8 @@ def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, g
     env = {"PATH": os.pathsep.join([str(venv / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
            "LANG": "C.UTF-8", "HOME": "/root"}
     hubproc = subprocess.Popen([str(venv / "bin" / "jupyterhub"), "-f", str(hub / "jupyterhub_config.py")],
-                               cwd=hub, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+                               cwd=hub, env=env, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                               start_new_session=True)
     (hub / "up.pid").write_text(str(hubproc.pid))
     url = f"http://{ip}:{port}"
     deadline = time.monotonic() + wait

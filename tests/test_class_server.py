@@ -29,11 +29,13 @@ import secrets
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from course.release import venv_env
 from tools.fixture_class import solved_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,19 +108,31 @@ def test_a_class_on_one_server(tmp_path, driver):
     class_dir = Path(f"/srv/rnh{tag}-class")
     checkout_mode = stat.S_IMODE(ROOT.stat().st_mode)
     start = time.monotonic()
-    info = None
+    hub_pid = None
+
+    def cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
+        """The commands `make class-server` and `make class-server-stop` run."""
+        return subprocess.run([sys.executable, "-m", "class_server", *args, "--dir", str(class_dir)],
+                              capture_output=True, text=True, env=venv_env(), cwd=ROOT, timeout=timeout)
+
     try:
-        info = server.up(roster, class_dir, port=_free_port(), group=f"rnh{tag}-instructors", wait=120)
+        up = cli("up", str(roster), "--port", str(_free_port()), "--group", f"rnh{tag}-instructors", timeout=200)
+        pid_file = class_dir / "hub" / "up.pid"
+        hub_pid = int(pid_file.read_text()) if pid_file.exists() else None
+        assert up.returncode == 0, up.stderr[-3000:]
+        info = dict(json.loads((class_dir / "hub" / "class.json").read_text()), url=up.stdout.strip())
+        assert info["url"] == f"http://127.0.0.1:{info['port']}"
         _class(driver, info, class_dir, teach, alice, bob, start)
     finally:
         os.chmod(ROOT, checkout_mode)  # `up` locked this checkout; the test gives it its mode back
         uids = [pwd.getpwnam(u).pw_uid for u in (teach, alice, bob) if server.user_exists(u)]
-        server.down(class_dir, remove_users=True, purge=True, timeout=20)
+        down = cli("down", "--remove-users", "--purge", timeout=90)
+        assert down.returncode == 0, down.stderr[-3000:]
         server.remove_accounts([u for u in (teach, alice, bob) if server.user_exists(u)], None)  # if `up` failed early
         subprocess.run(["groupdel", f"rnh{tag}-instructors"], capture_output=True)
         assert not server.user_pids(set(uids)), "processes of the class's users survived `down`"
-        if info is not None:  # the hub, the proxy and whatever else the hub started
-            assert not server.group_pids(info["pid"]), "processes of the hub survived `down`"
+        if hub_pid is not None:  # the hub, the proxy and whatever else the hub started
+            assert not server.group_pids(hub_pid), "processes of the hub survived `down`"
         assert not any(server.user_exists(u) for u in (teach, alice, bob)) and not class_dir.exists()
     assert time.monotonic() - start < BUDGET + 60
 
@@ -238,6 +252,12 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
 
     login(teach)
     shot("teach_lab")
+    d.get(f"{url}/user/{teach}/formgrader/manage_assignments")
+    wait(lambda d: A in d.find_element(By.ID, "main-table").text, "the formgrader's assignments")
+    shot("teach_formgrader_assignments")
+    d.get(f"{url}/user/{teach}/files/grades/report.html")
+    wait(lambda d: alice in d.find_element(By.TAG_NAME, "body").text, "the grader's class report")
+    shot("teach_grader_report")
     d.get(f"{url}/user/{teach}/formgrader/manage_submissions/{A}")
     wait(lambda d: bob in d.find_element(By.ID, "main-table").text
          and "Loading" not in d.find_element(By.ID, "main-table").text, "the formgrader's submissions")
