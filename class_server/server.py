@@ -26,6 +26,7 @@ COURSE_ID = "resnorm"
 # What the instructors' course directory holds: nbgrader's source and release, and the grader with
 # the checks it runs (python -m autograder grade, run in the course).
 COURSE_FILES = ["nbgrader_config.py", "solutions", "exercises", "autograder", "course", "coursekit"]
+CODE = {"autograder", "course", "coursekit"}  # replaced at every `up`; the rest is copied once
 # JupyterLab's "Would you like to get notified about official Jupyter news?" prompt: not in a class.
 QUIET = {"@jupyterlab/apputils-extension:announcements": True}
 NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,30}$")
@@ -280,21 +281,34 @@ def _share_with_group(path: Path, gid: int) -> None:
 
 
 def make_course(class_dir: Path, group: str, exchange: Path) -> Path:
+    """The instructors' course directory. The instructors' material (``nbgrader_config.py``,
+    ``solutions/``, ``exercises/``) is copied once and then theirs; the grader's code (``autograder/``,
+    ``course/``, ``coursekit/``) is this checkout's at every ``up``, like the students' coursekit."""
     course = class_dir / "course"
     gid = grp.getgrnam(group).gr_gid
-    if not course.exists():
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    first = not course.exists()
+    if first:
         log(f"copying the course into {course}")
         course.mkdir()
-        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
-        for name in COURSE_FILES:
-            src = ROOT / name
-            (shutil.copytree(src, course / name, ignore=ignore) if src.is_dir() else shutil.copy(src, course / name))
-        with open(course / "nbgrader_config.py", "a") as f:
-            f.write("\n# The class server (python -m class_server up): this course's exchange, shared by its\n"
-                    "# instructors (files nbgrader writes are group-writable).\n"
-                    f"c.Exchange.root = {str(exchange)!r}\n"
-                    "c.CourseDirectory.groupshared = True\n")
-        _share_with_group(course, gid)
+    for name in COURSE_FILES:
+        src, dst = ROOT / name, course / name
+        if name in CODE:
+            shutil.rmtree(dst, ignore_errors=True)
+        elif not first:
+            continue
+        shutil.copytree(src, dst, ignore=ignore) if src.is_dir() else shutil.copy(src, dst)
+        if name == "nbgrader_config.py":
+            with open(dst, "a") as f:
+                f.write("\n# The class server (python -m class_server up): this course's exchange, shared by its\n"
+                        "# instructors (files nbgrader writes are group-writable).\n"
+                        f"c.Exchange.root = {str(exchange)!r}\n"
+                        "c.CourseDirectory.groupshared = True\n")
+        if dst.is_dir():
+            _share_with_group(dst, gid)
+        else:
+            os.chown(dst, 0, gid)
+            os.chmod(dst, 0o660)
     os.chown(course, 0, gid)
     os.chmod(course, 0o2770)
     return course
@@ -441,6 +455,9 @@ def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, g
     proc = as_user(instructors[0], ["nbgrader", "db", "student", "import", "roster.csv"], class_dir, cwd=course)
     if proc.returncode != 0:
         raise ClassError(f"nbgrader db student import failed:\n{proc.stdout}{proc.stderr}")
+    gradebook = course / "gradebook.db"  # every instructor writes it (the formgrader, the grader)
+    os.chown(gradebook, -1, grp.getgrnam(group).gr_gid)
+    os.chmod(gradebook, 0o660)
 
     logf = open(hub / "jupyterhub.log", "a")
     env = {"PATH": os.pathsep.join([str(venv / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
