@@ -4,16 +4,18 @@
 JupyterHub as root (PAM logins against real unix accounts made for this test, removed at the end),
 configurable-http-proxy from npm, one server per user running as that user. Then, as a class would:
 
-1. the instructor releases 01_layernorm (nbgrader's commands, as the instructor's unix user);
+1. the instructor generates 01_layernorm (nbgrader's command, as the instructor's unix user) and
+   releases it from the formgrader;
 2. each student logs in in headless Chromium and fetches it in JupyterLab's Assignments tab; alice
    puts the reference answers in her copy and submits, bob submits the release as fetched;
 3. the instructor collects and grades with the course grader (``python -m autograder grade``, into
    the course's gradebook and autograded/), and sees alice 15/15 and bob 0/15 in the formgrader;
-4. the instructor generates and releases feedback; each student fetches it in the Assignments tab
-   and gets their own (on disk: in their home only; in the browser: their score);
+4. the instructor generates feedback and releases it from the formgrader; each student fetches it
+   in the Assignments tab and gets their own (on disk: in their home only; in the browser: their
+   score);
 5. bob cannot read alice's home, her submission in the exchange, the exchange's listings, the
    course (solutions/, gradebook.db), this checkout's solutions/ and hidden checks, nor open
-   alice's server or the formgrader in the browser.
+   alice's files or the formgrader in the browser.
 
 Everything is stopped at the end, failure or not (``class_server down --remove-users --purge``):
 the hub, the proxy, every process of the test's users, the users, the class's folder. Screenshots
@@ -205,10 +207,19 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
                     return b
         wait(button, what).click()
 
-    # 1. The instructor releases the assignment (nbgrader's commands, in the course, as a terminal in
-    #    the instructor's JupyterLab would run them).
+    def formgrader_button(cell: str, done: str) -> None:
+        """Click an assignment's button on the formgrader's Manage Assignments page."""
+        d.get(f"{url}/user/{teach}/formgrader/manage_assignments")
+        wait(lambda d: d.find_elements(By.CSS_SELECTOR, f"#main-table td.{cell} a"), f"the formgrader's {cell} button")
+        d.find_element(By.CSS_SELECTOR, f"#main-table td.{cell} a").click()
+        wait(lambda d: done in d.find_element(By.TAG_NAME, "body").text, f"the formgrader saying {done!r}")
+        shot(f"teach_formgrader_{cell.replace('-', '_')}")
+
+    # 1. The instructor generates the assignment (a terminal in the instructor's JupyterLab runs these
+    #    commands in the course, as the instructor) and releases it from the formgrader.
     sh(teach, "nbgrader", "generate_assignment", A, cwd=course)
-    sh(teach, "nbgrader", "release_assignment", A, cwd=course)
+    login(teach)
+    formgrader_button("release", f"Successfully released '{A}'")
     assert (exchange / "resnorm" / "outbound" / A / f"{NB}.ipynb").is_file()
 
     # 2. Each student logs in, fetches it in the Assignments tab and submits.
@@ -275,7 +286,8 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
 
     # 4. Feedback: generated, released, fetched by each student in the Assignments tab.
     sh(teach, "nbgrader", "generate_feedback", A, cwd=course)
-    sh(teach, "nbgrader", "release_feedback", A, cwd=course)
+    formgrader_button("release-feedback", f"Successfully released feedback of '{A}'")
+    assert len(list((exchange / "resnorm" / "feedback").iterdir())) == 2
     export = sh(teach, "nbgrader", "export", "--to=export.csv", cwd=course)
     assert export.returncode == 0
     final = {r["student_id"]: float(r["score"]) for r in csv.DictReader(open(course / "export.csv"))}
