@@ -47,7 +47,6 @@ c.Spawner.default_url = "/lab"
 c.Spawner.env_keep = ["LANG", "LC_ALL", "TZ"]
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
-c.Spawner.mem_limit = None
 
 
 def _per_role(spawner):

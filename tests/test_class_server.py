@@ -210,8 +210,11 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
     def formgrader_button(cell: str, done: str) -> None:
         """Click an assignment's button on the formgrader's Manage Assignments page."""
         d.get(f"{url}/user/{teach}/formgrader/manage_assignments")
-        wait(lambda d: d.find_elements(By.CSS_SELECTOR, f"#main-table td.{cell} a"), f"the formgrader's {cell} button")
-        d.find_element(By.CSS_SELECTOR, f"#main-table td.{cell} a").click()
+        def button(d):
+            for tr in d.find_elements(By.CSS_SELECTOR, "#main-table tr"):
+                if tr.text.startswith(A):
+                    return next(iter(tr.find_elements(By.CSS_SELECTOR, f"td.{cell} a")), None)
+        wait(button, f"the formgrader's {cell} button for {A}").click()
         wait(lambda d: done in d.find_element(By.TAG_NAME, "body").text, f"the formgrader saying {done!r}")
         shot(f"teach_formgrader_{cell.replace('-', '_')}")
 
