@@ -193,7 +193,10 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
             for it in d.find_elements(By.CSS_SELECTOR, ".lm-Menu-item"):
                 if it.text.strip().startswith("Assignment List"):
                     return it
-        wait(item, "Nbgrader > Assignment List").click()
+        entry = wait(item, "Nbgrader > Assignment List")
+        labels = [it.text.strip() for it in d.find_elements(By.CSS_SELECTOR, ".lm-Menu-item") if it.is_displayed()]
+        assert not any(x.startswith("Formgrader") for x in labels), labels  # students have no formgrader
+        entry.click()
         wait(lambda d: d.find_elements(By.ID, "nbgrader-assignment-list"), "the Assignments tab")
 
     def section(name: str) -> str:
