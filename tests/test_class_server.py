@@ -7,7 +7,8 @@ configurable-http-proxy from npm, one server per user running as that user. Then
 1. the instructor generates 01_layernorm (nbgrader's command, as the instructor's unix user) and
    releases it from the formgrader;
 2. each student logs in in headless Chromium and fetches it in JupyterLab's Assignments tab; alice
-   puts the reference answers in her copy and submits, bob submits the release as fetched;
+   puts the reference answers in her copy and submits, bob submits the release as fetched, then
+   runs its setup cell (torch, coursekit) in his kernel, the class's Python;
 3. the instructor collects and grades with the course grader (``python -m autograder grade``, into
    the course's gradebook and autograded/), and sees alice 15/15 and bob 0/15 in the formgrader;
 4. the instructor generates feedback and releases it from the formgrader; each student fetches it
@@ -45,7 +46,7 @@ ART = ROOT / "_build" / "artifacts" / "hub"
 A, NB = "01_layernorm", "layernorm"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-BUDGET = 300  # seconds for the whole class; each wait below is bounded by what is left of it
+BUDGET = 420  # seconds for the whole class (3 to 4 minutes measured on 2 busy cores); every wait is bounded by what is left
 
 
 def _free_port() -> int:
@@ -140,7 +141,9 @@ def test_a_class_on_one_server(tmp_path, driver):
 
 
 def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: float) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
     from class_server.server import as_user
@@ -247,6 +250,17 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
         click_in("fetched_assignments_list", "Submit", "the Submit button")
         wait(lambda d: A in section("submitted_assignments_list"), "the submission listed")
         shot(f"{s.split('_')[1]}_submitted")
+        if s == bob:  # his kernel is the class's Python: the setup cell imports torch and coursekit
+            d.get(f"{url}/user/{s}/lab/tree/{A}/{NB}.ipynb")
+            wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-CodeCell .cm-content"), "the notebook")
+            wait(lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text, "the kernel", limit=120)
+            d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-CodeCell .cm-content")[0].click()
+            ActionChains(d).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+            first = lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-CodeCell")[0]  # noqa: E731
+            wait(lambda d: "[1]" in first(d).find_element(By.CSS_SELECTOR, ".jp-InputPrompt").text, "the setup cell",
+                 limit=120)
+            shot(f"{s.split('_')[1]}_kernel_ran_the_setup_cell")
+            assert not first(d).find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output"), first(d).text
 
     inbound = exchange / "resnorm" / "inbound"
     subs = {p.name.split("+")[0]: p for p in inbound.iterdir()}
