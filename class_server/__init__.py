@@ -5,6 +5,8 @@ course grader (``make class-server ROSTER=roster.csv``, ``make class-server-stop
 
     venv/       the class's Python: the course's .venv (hard links, no editable install of this
                 checkout) with the student pack's coursekit wheel; every user's server and kernel
+    python/     a copy (hard links) of .venv's interpreter, made only when other users cannot run
+                the original (a pyenv under /root)
     course/     the instructors' nbgrader course (config, solutions/, exercises/, the grader;
                 gradebook.db, submitted/, autograded/, feedback/ as they come): root, group
                 <instructors>, 2770, nobody else
