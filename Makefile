@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
 
-.PHONY: venv system npm book student-pack test grade exercises check bench-grade clean
+.PHONY: venv system npm book student-pack test grade exercises check bench-grade clean class-server-deps class-server class-server-stop
 
 # The virtual environment, rebuilt when requirements.txt or pyproject.toml change.
 $(STAMP): requirements.txt pyproject.toml
@@ -37,6 +37,28 @@ npm:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq npm >/dev/null; }
 
+# The class server's proxy: configurable-http-proxy from npm, into _build/chp/ (git-ignored).
+CHP_VERSION := 5.3.0
+CHP := _build/chp/node_modules/.bin/configurable-http-proxy
+$(CHP): | npm
+	mkdir -p _build/chp
+	npm install --prefix _build/chp --no-audit --no-fund --no-save --loglevel=error configurable-http-proxy@$(CHP_VERSION)
+
+class-server-deps: venv system $(CHP)
+
+# A class on one server (README, "Run a class"); as root:
+#   make class-server ROSTER=roster.csv [CLASS_DIR=/srv/resnorm] [IP=127.0.0.1] [PORT=8000]
+#   make class-server-stop [CLASS_DIR=/srv/resnorm]
+CLASS_DIR ?= /srv/resnorm
+IP ?= 127.0.0.1
+PORT ?= 8000
+class-server: class-server-deps
+	@test -n "$(ROSTER)" || { echo "usage: make class-server ROSTER=roster.csv (columns id,first_name,last_name,email,role)"; exit 2; }
+	$(PY) -m class_server up $(ROSTER) --dir $(CLASS_DIR) --ip $(IP) --port $(PORT)
+
+class-server-stop:
+	$(PY) -m class_server down --dir $(CLASS_DIR)
+
 # The student pack (_build/student-pack.zip: notebooks, the coursekit wheel, a README); the book
 # links it and publishes the wheel, so it is built first.
 student-pack: venv
@@ -53,7 +75,7 @@ exercises: venv
 check: venv
 	$(PY) -m coursekit.selfcheck $(NB)
 
-test: venv system book
+test: venv system book $(CHP)
 	$(PY) -m pytest -q
 
 grade: venv system

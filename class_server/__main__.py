@@ -1,0 +1,40 @@
+"""python -m class_server up ROSTER [--dir DIR] [--ip IP] [--port PORT]   (as root)
+python -m class_server down [--dir DIR] [--remove-users] [--purge]"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from class_server.server import ClassError, down, up
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m class_server", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("up", help="create the accounts and the class's folders, start JupyterHub")
+    u.add_argument("roster", type=Path, help="CSV: id,first_name,last_name[,email][,role]; role student or instructor")
+    u.add_argument("--dir", type=Path, default=Path("/srv/resnorm"), help="the class's folder (default /srv/resnorm)")
+    u.add_argument("--ip", default="127.0.0.1", help="where the hub listens (default 127.0.0.1; TLS in front of it)")
+    u.add_argument("--port", type=int, default=8000)
+    u.add_argument("--group", default="resnorm-instructors", help="the instructors' unix group")
+    d = sub.add_parser("down", help="stop JupyterHub and every process of the class's users")
+    d.add_argument("--dir", type=Path, default=Path("/srv/resnorm"))
+    d.add_argument("--remove-users", action="store_true", help="also delete the accounts `up` created, with their homes")
+    d.add_argument("--purge", action="store_true", help="also delete the class's folder (course, gradebook, exchange)")
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "up":
+            info = up(a.roster, a.dir, ip=a.ip, port=a.port, group=a.group)
+            print(info["url"])
+        else:
+            down(a.dir, remove_users=a.remove_users, purge=a.purge)
+    except ClassError as e:
+        print(f"class_server: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

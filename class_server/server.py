@@ -1,0 +1,565 @@
+"""Bring the class server up and down (see the package's docstring for the layout)."""
+from __future__ import annotations
+
+import csv
+import grp
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+PROXY = ROOT / "_build" / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
+COURSE_ID = "resnorm"
+# What the instructors' course directory holds: nbgrader's source and release, and the grader with
+# the checks it runs (python -m autograder grade, run in the course).
+COURSE_FILES = ["nbgrader_config.py", "solutions", "exercises", "autograder", "course", "coursekit"]
+CODE = {"autograder", "course", "coursekit"}  # replaced at every `up`; the rest is copied once
+# JupyterLab's "Would you like to get notified about official Jupyter news?" prompt: not in a class.
+QUIET = {"@jupyterlab/apputils-extension:announcements": True}
+NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,30}$")
+
+
+class ClassError(RuntimeError):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"class_server: {msg}", file=sys.stderr, flush=True)
+
+
+def run(*argv: str, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise ClassError(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    return proc
+
+
+# ------------------------------------------------------------------------------------------------
+# The roster
+# ------------------------------------------------------------------------------------------------
+
+def read_roster(path: Path) -> list[dict]:
+    """``id,first_name,last_name[,email][,role]`` (nbgrader's roster columns plus ``role``:
+    ``student``, the default, or ``instructor``); ``id`` is the unix user name."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or "id" not in rows[0]:
+        raise ClassError(f"{path}: a CSV with the header id,first_name,last_name[,email][,role] and one row a person")
+    people = []
+    for r in rows:
+        uid, role = (r.get("id") or "").strip(), (r.get("role") or "student").strip().lower()
+        if not NAME.match(uid):
+            raise ClassError(f"{path}: {uid!r} is not a unix user name (lower case letters, digits, _ and -)")
+        if role not in ("student", "instructor"):
+            raise ClassError(f"{path}: {uid}: role must be student or instructor, not {role!r}")
+        people.append({"id": uid, "first_name": (r.get("first_name") or "").strip(),
+                       "last_name": (r.get("last_name") or "").strip(), "email": (r.get("email") or "").strip(),
+                       "role": role})
+    ids = [p["id"] for p in people]
+    if len(set(ids)) != len(ids):
+        raise ClassError(f"{path}: a user name appears twice")
+    if not any(p["role"] == "instructor" for p in people):
+        raise ClassError(f"{path}: no instructor (add a row with role instructor)")
+    return people
+
+
+# ------------------------------------------------------------------------------------------------
+# Accounts
+# ------------------------------------------------------------------------------------------------
+
+def user_exists(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+        return True
+    except KeyError:
+        return False
+
+
+def ensure_group(group: str) -> bool:
+    """The instructors' group; True when it is made here."""
+    try:
+        grp.getgrnam(group)
+        return False
+    except KeyError:
+        run("groupadd", group)
+        return True
+
+
+def ensure_accounts(people: list[dict], group: str) -> dict[str, str]:
+    """One unix account per person (home 0700), the instructors in ``group``. Returns the first
+    password of each account created here (existing accounts keep theirs)."""
+    created = {}
+    for p in people:
+        u = p["id"]
+        if not user_exists(u):
+            gecos = f"{p['first_name']} {p['last_name']}".strip().replace(":", " ")
+            run("useradd", "--create-home", "--shell", "/bin/bash", "--comment", gecos, u)
+            password = secrets.token_urlsafe(12)
+            run("chpasswd", input=f"{u}:{password}\n")
+            created[u] = password
+        home = Path(pwd.getpwnam(u).pw_dir)
+        os.chmod(home, 0o700)
+        if p["role"] == "instructor":
+            run("usermod", "-a", "-G", group, u)
+        else:  # a student removed from the instructors keeps no access to the course
+            members = grp.getgrnam(group).gr_mem
+            if u in members:
+                run("gpasswd", "-d", u, group)
+    return created
+
+
+def remove_accounts(users: list[str], group: str | None) -> None:
+    for u in users:
+        if user_exists(u):
+            subprocess.run(["userdel", "--remove", u], capture_output=True)
+    if group:
+        subprocess.run(["groupdel", group], capture_output=True)
+
+
+def as_user(user: str, argv: list[str], class_dir: Path, cwd: Path | None = None, timeout: float = 600,
+            input: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``argv`` as ``user`` with the environment the hub gives that user's server (their HOME,
+    the class's Python first on PATH, their role's Jupyter config), as a terminal in JupyterLab would."""
+    cfg = json.loads((class_dir / "hub" / "class.json").read_text())
+    role = "instructor" if user in cfg["instructors"] else "student"
+    pw = pwd.getpwnam(user)
+    env = ["HOME=" + pw.pw_dir, "USER=" + user, "LOGNAME=" + user, "LANG=C.UTF-8", "OMP_NUM_THREADS=1",
+           "PATH=" + os.pathsep.join([str(Path(cfg["venv"]) / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
+           "JUPYTER_CONFIG_PATH=" + str(Path(cfg["etc"]) / role)]
+    cmd = ["runuser", "-u", user, "--", "env", "-i", *env]
+    if cwd is not None:
+        cmd += ["sh", "-c", 'cd "$0" && exec "$@"', str(cwd)]
+    return subprocess.run(cmd + list(argv), capture_output=True, text=True, timeout=timeout, input=input)
+
+
+# ------------------------------------------------------------------------------------------------
+# The class's Python
+# ------------------------------------------------------------------------------------------------
+
+def _world_executable(path: Path) -> bool:
+    """Whether a user with no group in common with the owners can run ``path``."""
+    path = path.resolve()
+    if not path.is_file() or not path.stat().st_mode & stat.S_IXOTH:
+        return False
+    return all(d.stat().st_mode & stat.S_IXOTH for d in path.parents)
+
+
+def _link_copy(src: Path, dst: Path, skip: Path) -> None:
+    """``cp -al src dst`` (``cp -a`` across file systems), leaving out ``skip``."""
+    dst.mkdir()
+    shutil.copystat(src, dst)
+    for e in src.iterdir():
+        if e == skip:
+            continue
+        if skip.is_relative_to(e) and e.is_dir() and not e.is_symlink():
+            _link_copy(e, dst / e.name, skip)
+        elif subprocess.run(["cp", "-al", str(e), str(dst / e.name)]).returncode != 0:
+            run("cp", "-a", str(e), str(dst / e.name))
+
+
+def base_python(class_dir: Path) -> Path:
+    """The interpreter this venv was made from, runnable by every user: itself when it is, else a
+    copy of its installation in ``CLASS_DIR/python`` (hard links; a pyenv under /root is not
+    reachable by other users). Not another Python of the same minor version: the venv's packages
+    are installed for this one (soupsieve, which nbgrader's feedback uses, fails on Python 3.11.2's
+    ``re`` and works on 3.11.7's)."""
+    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
+    exe = Path(sys._base_executable if hasattr(sys, "_base_executable") else sys.executable).resolve()
+    prefix = Path(sys.base_prefix).resolve()
+    if _world_executable(exe) and all(_world_executable(p) for p in (prefix / "lib").glob("libpython*.so*")
+                                      if p.is_file()):
+        return exe
+    copy = class_dir / "python"
+    if not (copy / "bin" / exe.name).exists():
+        log(f"{exe} is not runnable by every user: copying {prefix} to {copy}")
+        tmp = class_dir / "python.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        _link_copy(prefix, tmp, skip=prefix / "lib" / f"python{ver}" / "site-packages")  # not its packages
+        (tmp / "lib" / f"python{ver}" / "site-packages").mkdir()
+        # The interpreter finds libpython through its RUNPATH, an absolute path into the original:
+        # rewrite it in place to $ORIGIN/../lib (shorter, padded with NULs, as patchelf does).
+        binary = tmp / "bin" / exe.name
+        data = binary.read_bytes()
+        old, new = (str(prefix) + "/lib").encode() + b"\0", b"$ORIGIN/../lib"
+        if data.count(old) == 1 and len(new) < len(old):
+            data = data.replace(old, new.ljust(len(old), b"\0"))
+        binary.unlink()
+        binary.write_bytes(data)
+        binary.chmod(0o755)
+        tmp.rename(copy)
+    exe = copy / "bin" / exe.name
+    probe = subprocess.run(["runuser", "-u", "nobody", "--", str(exe), "-c", "import sys, ssl, sqlite3"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise ClassError(f"{exe} does not run for other users:\n{probe.stderr[-2000:]}\n"
+                         f"Build .venv from a Python every user can run (e.g. under /usr/local or /opt).")
+    return exe
+
+
+def build_env(class_dir: Path) -> Path:
+    """``CLASS_DIR/venv``: a venv of :func:`base_python` holding this venv's packages (hard links:
+    seconds, no second copy on disk) without the editable install that points at this checkout, and
+    the student pack's runtime (the coursekit wheel) installed."""
+    from course.pack import build_wheel
+
+    dest = class_dir / "venv"
+    src_site = Path(sysconfig.get_paths()["purelib"])
+    rel_site = src_site.relative_to(sys.prefix)
+    stamp = dest / ".built-from"
+    want = f"{sys.prefix}\n{src_site.stat().st_mtime_ns}\n"
+    if not (stamp.exists() and stamp.read_text() == want):
+        if dest.exists():
+            shutil.rmtree(dest)
+        log(f"building the class's Python in {dest} from {sys.prefix}")
+        run(str(base_python(class_dir)), "-m", "venv", "--without-pip", str(dest))
+        shutil.rmtree(dest / rel_site)
+        for sub in (rel_site, Path("share"), Path("etc")):
+            if (Path(sys.prefix) / sub).exists():
+                (dest / sub).parent.mkdir(parents=True, exist_ok=True)
+                if subprocess.run(["cp", "-al", str(Path(sys.prefix) / sub), str(dest / sub)]).returncode != 0:
+                    run("cp", "-a", str(Path(sys.prefix) / sub), str(dest / sub))  # another file system
+        for p in (dest / rel_site).iterdir():  # the editable install of this checkout (instructor code)
+            if p.name.startswith("__editable__") or p.name.startswith("resnorm_course"):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        py = str(dest / "bin" / "python")
+        for script in (Path(sys.prefix) / "bin").iterdir():
+            if script.name.startswith(("python", "activate", "Activate")) or not script.is_file():
+                continue
+            data = script.read_bytes()
+            first, nl, rest = data.partition(b"\n")
+            if first.startswith(b"#!") and b"python" in first:
+                target = dest / "bin" / script.name
+                target.write_bytes(b"#!" + py.encode() + nl + rest)
+                target.chmod(0o755)
+        kernel = dest / "share" / "jupyter" / "kernels" / "python3" / "kernel.json"
+        if kernel.exists():  # a copy (not a link) naming the class's interpreter
+            spec = json.loads(kernel.read_text())
+            kernel.unlink()
+            spec["argv"][0] = py
+            kernel.write_text(json.dumps(spec, indent=1))
+        stamp.write_text(want)
+    wheels = class_dir / "hub" / "wheels"
+    wheel = build_wheel(wheels)
+    run(str(dest / "bin" / "python"), "-m", "pip", "install", "-qq", "--no-deps", "--no-index",
+        "--force-reinstall", "--disable-pip-version-check", str(wheel))
+    shutil.copy(HERE / "exchange.py", dest / rel_site / "class_server_exchange.py")
+    for d, _, files in os.walk(dest):
+        for f in files:
+            p = Path(d) / f
+            if not p.is_symlink() and not p.stat().st_mode & stat.S_IROTH:
+                raise ClassError(f"{p} is not readable by every user; the class's Python must be")
+    return dest
+
+
+# ------------------------------------------------------------------------------------------------
+# The course, the exchange, the Jupyter config of each role
+# ------------------------------------------------------------------------------------------------
+
+def _share_with_group(path: Path, gid: int) -> None:
+    """root:<instructors>, group read/write, setgid folders, nothing for others."""
+    for d, dirs, files in os.walk(path):
+        os.chown(d, 0, gid)
+        os.chmod(d, 0o2770)
+        for f in files:
+            p = Path(d) / f
+            os.chown(p, 0, gid, follow_symlinks=False)
+            if not p.is_symlink():
+                os.chmod(p, 0o660 | (p.stat().st_mode & 0o110))
+
+
+def make_course(class_dir: Path, group: str, exchange: Path) -> Path:
+    """The instructors' course directory. The instructors' material (``nbgrader_config.py``,
+    ``solutions/``, ``exercises/``) is copied once and then theirs; the grader's code (``autograder/``,
+    ``course/``, ``coursekit/``) is this checkout's at every ``up``, like the students' coursekit."""
+    course = class_dir / "course"
+    gid = grp.getgrnam(group).gr_gid
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    first = not course.exists()
+    if first:
+        log(f"copying the course into {course}")
+        course.mkdir()
+    for name in COURSE_FILES:
+        src, dst = ROOT / name, course / name
+        if name in CODE:
+            shutil.rmtree(dst, ignore_errors=True)
+        elif not first:
+            continue
+        shutil.copytree(src, dst, ignore=ignore) if src.is_dir() else shutil.copy(src, dst)
+        if name == "nbgrader_config.py":
+            with open(dst, "a") as f:
+                f.write("\n# The class server (python -m class_server up): this course's exchange, shared by its\n"
+                        "# instructors (files nbgrader writes are group-writable).\n"
+                        f"c.Exchange.root = {str(exchange)!r}\n"
+                        "c.CourseDirectory.groupshared = True\n")
+        if dst.is_dir():
+            _share_with_group(dst, gid)
+        else:
+            os.chown(dst, 0, gid)
+            os.chmod(dst, 0o660)
+    os.chown(course, 0, gid)
+    os.chmod(course, 0o2770)
+    return course
+
+
+def make_exchange(class_dir: Path, group: str, first_instructor: str) -> Path:
+    """nbgrader's exchange for a multi-user hub: a root everyone may write (sticky, so nobody
+    renames or removes another's entry), and the course's folder owned by the instructors."""
+    exchange = class_dir / "exchange"
+    exchange.mkdir(exist_ok=True)
+    os.chown(exchange, 0, 0)
+    os.chmod(exchange, 0o1777)
+    mine = exchange / COURSE_ID
+    mine.mkdir(exist_ok=True)
+    os.chown(mine, pwd.getpwnam(first_instructor).pw_uid, grp.getgrnam(group).gr_gid)
+    os.chmod(mine, 0o2775)
+    return exchange
+
+
+def write_jupyter_config(class_dir: Path, course: Path, exchange: Path) -> Path:
+    etc = class_dir / "etc"
+    for role in ("student", "instructor"):
+        (etc / role / "labconfig").mkdir(parents=True, exist_ok=True)
+    (etc / "student" / "nbgrader_config.py").write_text(
+        "# Students (JUPYTER_CONFIG_PATH of their servers): the class's exchange, and submissions\n"
+        "# that only the instructors can read (class_server/exchange.py).\n"
+        "c = get_config()  # noqa: F821\n"
+        f"c.Exchange.root = {str(exchange)!r}\n"
+        "c.ExchangeFactory.submit = 'class_server_exchange.PrivateSubmit'\n")
+    (etc / "student" / "jupyter_server_config.json").write_text(json.dumps(
+        {"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": False}}}, indent=1))
+    (etc / "student" / "labconfig" / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {"@jupyter/nbgrader:formgrader": True, "@jupyter/nbgrader:create-assignment": True,
+                                **QUIET}}, indent=1))
+    (etc / "instructor" / "nbgrader_config.py").write_text(
+        "# Instructors (JUPYTER_CONFIG_PATH of their servers): the course and its exchange.\n"
+        "c = get_config()  # noqa: F821\n"
+        f"c.CourseDirectory.root = {str(course)!r}\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        f"c.Exchange.root = {str(exchange)!r}\n"
+        "c.CourseDirectory.groupshared = True\n")
+    (etc / "instructor" / "labconfig" / "page_config.json").write_text(json.dumps({"disabledExtensions": QUIET}))
+    for d, _, files in os.walk(etc):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(Path(d) / f, 0o644)
+    return etc
+
+
+def lock_checkout() -> int | None:
+    """This checkout holds solutions/, course/hidden/ and their git history: nobody but its owner
+    may read it while students have accounts here. Returns the mode it had when it changed."""
+    mode = stat.S_IMODE(ROOT.stat().st_mode)
+    if mode & 0o077:
+        os.chmod(ROOT, mode & 0o700)
+        log(f"{ROOT} was readable by others (mode {mode:o}): now {mode & 0o700:o}")
+        return mode
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Up and down
+# ------------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _hub_pid(class_dir: Path) -> int | None:
+    f = class_dir / "hub" / "up.pid"
+    if not f.exists():
+        return None
+    pid = int(f.read_text())
+    try:
+        os.kill(pid, 0)
+        return pid
+    except ProcessLookupError:
+        return None
+
+
+def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, group: str = "resnorm-instructors",
+       wait: float = 180) -> dict:
+    if os.geteuid() != 0:
+        raise ClassError("run as root: it creates unix accounts and starts a server for each user as that user")
+    if not PROXY.exists():
+        raise ClassError(f"{PROXY} is missing: `make class-server` installs configurable-http-proxy from npm")
+    class_dir = class_dir.resolve()
+    if _hub_pid(class_dir):
+        raise ClassError(f"a class server already runs from {class_dir} (python -m class_server down --dir {class_dir})")
+    people = read_roster(roster)
+    instructors = [p["id"] for p in people if p["role"] == "instructor"]
+    students = [p["id"] for p in people if p["role"] == "student"]
+    class_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(class_dir, 0o755)
+    hub = class_dir / "hub"
+    hub.mkdir(exist_ok=True)
+    os.chmod(hub, 0o700)
+    state_file = hub / "class.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {"created_users": []}
+
+    if ensure_group(group):
+        state["created_group"] = group
+    created = ensure_accounts(people, group)
+    # Recorded at once, so that `down --remove-users` finds them even if a later step fails.
+    state["created_users"] = sorted(set(state["created_users"]) | set(created))
+    state.setdefault("instructors", instructors)
+    state.setdefault("students", students)
+    state_file.write_text(json.dumps(state, indent=1))
+    if created:
+        pw_file = class_dir / "passwords.csv"
+        new = not pw_file.exists()
+        with open(os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a", newline="") as f:
+            w = csv.writer(f)
+            if new:
+                w.writerow(["id", "password"])
+            w.writerows(created.items())
+        log(f"created {len(created)} accounts; their first passwords are in {pw_file} (root only)")
+    old_mode = lock_checkout()
+    venv = build_env(class_dir)
+    exchange = make_exchange(class_dir, group, instructors[0])
+    course = make_course(class_dir, group, exchange)
+    etc = write_jupyter_config(class_dir, course, exchange)
+    state.update({
+        "ip": ip, "port": port, "hub_port": _free_port(), "proxy_api_port": _free_port(), "proxy": str(PROXY),
+        "venv": str(venv), "course": str(course), "exchange": str(exchange), "etc": str(etc), "group": group,
+        "instructors": instructors, "students": students, "checkout": str(ROOT),
+        "created_users": sorted(set(state["created_users"]) | set(created)),
+    })
+    if old_mode is not None:
+        state.setdefault("checkout_mode", old_mode)
+    state_file.write_text(json.dumps(state, indent=1))
+    shutil.copy(HERE / "jupyterhub_config.py", hub / "jupyterhub_config.py")
+
+    # Names in the formgrader: the roster's students, in the course's gradebook (as an instructor).
+    ros = course / "roster.csv"
+    with open(ros, "w", newline="") as f:
+        w = csv.DictWriter(f, ["id", "first_name", "last_name", "email"], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(p for p in people if p["role"] == "student")
+    os.chown(ros, 0, grp.getgrnam(group).gr_gid)
+    os.chmod(ros, 0o660)
+    proc = as_user(instructors[0], ["nbgrader", "db", "student", "import", "roster.csv"], class_dir, cwd=course)
+    if proc.returncode != 0:
+        raise ClassError(f"nbgrader db student import failed:\n{proc.stdout}{proc.stderr}")
+    gradebook = course / "gradebook.db"  # every instructor writes it (the formgrader, the grader)
+    os.chown(gradebook, -1, grp.getgrnam(group).gr_gid)
+    os.chmod(gradebook, 0o660)
+
+    logf = open(hub / "jupyterhub.log", "a")
+    env = {"PATH": os.pathsep.join([str(venv / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
+           "LANG": "C.UTF-8", "HOME": "/root"}
+    hubproc = subprocess.Popen([str(venv / "bin" / "jupyterhub"), "-f", str(hub / "jupyterhub_config.py")],
+                               cwd=hub, env=env, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    (hub / "up.pid").write_text(str(hubproc.pid))
+    url = f"http://{ip}:{port}"
+    deadline = time.monotonic() + wait
+    while True:
+        if hubproc.poll() is not None:
+            raise ClassError(f"jupyterhub exited ({hubproc.returncode}); its log, {hub / 'jupyterhub.log'}:\n"
+                             + (hub / "jupyterhub.log").read_text()[-3000:])
+        try:
+            with urllib.request.urlopen(f"{url}/hub/api", timeout=5) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            down(class_dir)
+            raise ClassError(f"jupyterhub did not answer on {url} within {wait:.0f} s; see {hub / 'jupyterhub.log'}")
+        time.sleep(0.5)
+    log(f"the class server is up on {url}: {len(students)} students, instructors {', '.join(instructors)}")
+    return {"url": url, "pid": hubproc.pid, **state}
+
+
+def _kill_group(pid: int, timeout: float) -> None:
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.2)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The processes of one process group (the hub's: the hub, the proxy, what they started)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(d.name))
+    return pids
+
+
+def user_pids(uids: set[int]) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if d.stat().st_uid in uids:
+                    pids.append(int(d.name))
+            except FileNotFoundError:
+                pass
+    return pids
+
+
+def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeout: float = 30) -> None:
+    """Stop the hub (which stops every user's server), then every process left of the class's
+    users; optionally remove the accounts ``up`` created, and the whole class folder."""
+    class_dir = class_dir.resolve()
+    state_file = class_dir / "hub" / "class.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    pid = _hub_pid(class_dir)
+    if pid:
+        _kill_group(pid, timeout)
+        log(f"stopped jupyterhub (pid {pid})")
+    (class_dir / "hub" / "up.pid").unlink(missing_ok=True)
+    uids = set()
+    for u in state.get("instructors", []) + state.get("students", []):
+        try:
+            uids.add(pwd.getpwnam(u).pw_uid)
+        except KeyError:
+            pass
+    uids.discard(0)
+    for _ in range(3):
+        pids = user_pids(uids)
+        if not pids:
+            break
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.5)
+    if remove_users:
+        remove_accounts(state.get("created_users", []), state.get("created_group"))
+    if purge:
+        shutil.rmtree(class_dir, ignore_errors=True)
