@@ -47,6 +47,8 @@ import os
 import platform
 import struct
 
+from autograder.sandbox import SandboxUnavailable
+
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
 RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
@@ -114,7 +116,8 @@ def program(arch: str | None = None, slot: bool = False) -> bytes:
     ``slot``: a grading slot's zygote (``unshare`` and ``mount`` allowed: see the module docstring)."""
     arch = arch or platform.machine()
     if arch not in AUDIT_ARCH:
-        raise ValueError(f"no seccomp filter for the architecture {arch!r} (x86_64 and aarch64 only)")
+        raise SandboxUnavailable(f"no seccomp filter for the architecture {arch!r} (x86_64 and aarch64 "
+                                 "only): the grader does not sandbox without one; --no-sandbox runs unsandboxed")
     a = 0 if arch == "x86_64" else 1
     denied = sorted({nums[a] for name, nums in DENIED.items()
                      if nums[a] is not None and not (slot and name in SLOT_NEEDS)})
