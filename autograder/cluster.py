@@ -161,7 +161,7 @@ def grade_task(job: dict) -> dict:
 
     Returns ``{"outcome": <Outcome as a dict>, "worker": str}``, or ``{"refused": why}``.
     """
-    why = worker_check(job["course_hash"], job["sandbox"], Limits(**job["limits"]))
+    why = worker_check(job["course_hash"], job["sandbox"], Limits(**job["limits"]) if "limits" in job else None)
     if why:
         return {"refused": why}
     course, _ = _worker_course()

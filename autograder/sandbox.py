@@ -510,9 +510,9 @@ def ensure_bwrap(course_dir: Path = ROOT / "course", limits: Limits | None = Non
     user it will run as, with the course's Python importable inside, in a cgroup of its own unless
     ``limits`` says ``cgroups=False`` (:class:`autograder.cgroups.CgroupUnavailable` says why not)."""
     from dataclasses import replace
-    if limits is None or limits.cgroups:
+    if shutil.which("bwrap") is not None and (limits is None or limits.cgroups):
         from autograder import cgroups
-        cgroups.ensure(limits or Limits())
+        cgroups.ensure(limits or Limits())  # raises CgroupUnavailable, which says why and what to do
     if "ok" in _checked:
         if not _checked["ok"]:
             raise SandboxUnavailable(_checked["why"])
