@@ -341,3 +341,15 @@ def test_threads_get_one_core_of_cpu_time_per_wall_second():
     share = float(line.split()[1])
     print(f"CPU seconds per wall second with 4 threads: {share:.2f} (machine: {os.cpu_count()} cores)")
     assert share < 1.15, res.output
+
+
+@needs_cgroups
+def test_files_in_the_sandboxs_tmpfs_count_against_its_memory():
+    """Three sized tmpfs (256 MB each) hold more than a 400 MB limit: files written there are the
+    writer's memory, so filling two of them is a memory kill, not a way around the limit."""
+    fill = ("import time\nfor d in ('/tmp', '/dev/shm'):\n"
+            "    with open(d + '/fill', 'wb') as f:\n"
+            "        for _ in range(250):\n            f.write(b'x' * (1 << 20))\n"
+            "print('FILLED')\ntime.sleep(30)\n")
+    res = run_sandboxed(["python", "-c", fill], limits=Limits(wall_s=60, submission_mb=400))
+    assert res.oom and "FILLED" not in res.output and not res.timed_out, res
