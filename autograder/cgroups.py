@@ -234,6 +234,21 @@ class Group:
 
 
 _seq = itertools.count()
+_swept: set = set()
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the groups that graders which died (SIGKILL, a killed Dask worker) left under
+    ``parent``: named ``autograder-PID-...`` for a PID no longer running, and empty (rmdir fails on
+    a group that still has a process, so a live one is never touched). Once per parent and process."""
+    if parent in _swept:
+        return
+    _swept.add(parent)
+    for d in parent.glob("autograder-*-*"):
+        pid = d.name.split("-")[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
 
 def create(memory_mb: int, nproc: int, cpus: float) -> Group:
@@ -252,7 +267,9 @@ def create(memory_mb: int, nproc: int, cpus: float) -> Group:
     dirs: list[Path] = []
     try:
         if ver == 2:
-            d = _v2_parent(*m[""], own.get("", "/")) / name
+            parent = _v2_parent(*m[""], own.get("", "/"))
+            _sweep(parent)
+            d = parent / name
             d.mkdir(mode=0o755)
             dirs.append(d)
             _write(d / "memory.max", str(mem))
@@ -264,6 +281,7 @@ def create(memory_mb: int, nproc: int, cpus: float) -> Group:
             _write(d / "cpu.max", f"{quota} {CPU_PERIOD_US}")
         else:
             for c in CONTROLLERS:  # memory first: Group.memory is dirs[0]
+                _sweep(_under(*m[c], own.get(c, "/")))
                 d = _under(*m[c], own.get(c, "/")) / name
                 d.mkdir(mode=0o755)
                 dirs.append(d)

@@ -353,3 +353,25 @@ def test_files_in_the_sandboxs_tmpfs_count_against_its_memory():
             "print('FILLED')\ntime.sleep(30)\n")
     res = run_sandboxed(["python", "-c", fill], limits=Limits(wall_s=60, submission_mb=400))
     assert res.oom and "FILLED" not in res.output and not res.timed_out, res
+
+
+@needs_cgroups
+def test_groups_left_by_a_killed_grader_are_removed_by_the_next(monkeypatch):
+    """A grader killed mid-run (a Dask worker, SIGKILL) cannot remove its groups: the next one to
+    make a group removes those of graders no longer running, and never one still in use."""
+    proc = subprocess.Popen(["sleep", "0"])  # a pid that has exited
+    proc.wait()
+    dead = proc.pid
+    parent = cgroups._under(*cgroups._mounts()["memory"], cgroups._own()["memory"]) if cgroups.version() == 1 \
+        else cgroups._under(*cgroups._mounts()[""], cgroups._own()[""])
+    stale, mine = parent / f"autograder-{dead}-0-deadbeef", parent / f"autograder-{os.getpid()}-99-live"
+    stale.mkdir()
+    mine.mkdir()
+    try:
+        monkeypatch.setattr(cgroups, "_swept", set())
+        cgroups.create(1024, 10, 1).close()
+        assert not stale.exists() and mine.exists()
+    finally:
+        for d in (stale, mine):
+            if d.exists():
+                d.rmdir()
