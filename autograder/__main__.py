@@ -72,7 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--timeout", type=float, default=d.wall_s, help=f"wall-clock seconds per notebook ({d.wall_s:g})")
     g.add_argument("--cell-timeout", type=float, default=d.cell_s, help=f"wall-clock seconds per cell ({d.cell_s:g})")
     g.add_argument("--cpu", type=int, default=d.cpu_s, help=f"CPU seconds per process ({d.cpu_s})")
-    g.add_argument("--memory", type=int, default=d.memory_mb, help=f"address space per process, MB ({d.memory_mb})")
+    g.add_argument("--memory", type=int, default=None,
+                   help="memory of one submission's processes together, tmpfs included, MB: its cgroup's "
+                        "limit (default: 3/4 of the machine's memory split between the --jobs slots)")
+    g.add_argument("--address-space", type=int, default=d.memory_mb,
+                   help=f"address space per process, MB: RLIMIT_AS ({d.memory_mb})")
+    g.add_argument("--cpus", type=float, default=d.cpus,
+                   help=f"CPU time of one submission, in cores: its cgroup's quota ({d.cpus:g})")
+    g.add_argument("--no-cgroups", action="store_true",
+                   help="no cgroup per submission (when the grader is not root, or has no cgroups): "
+                        "per-process rlimits only, so --memory and --cpus do not apply")
     g.add_argument("--nproc", type=int, default=d.nproc, help=f"extra processes/threads allowed ({d.nproc})")
     g.add_argument("--fsize", type=int, default=d.fsize_mb, help=f"largest file written, MB ({d.fsize_mb})")
     g.add_argument("--nofile", type=int, default=d.nofile, help=f"open files per process ({d.nofile})")
@@ -93,9 +102,10 @@ def main(argv=None) -> int:
     from autograder.ingest import InputError
     from autograder.sandbox import SandboxUnavailable, ensure_bwrap
 
-    limits = Limits(wall_s=args.timeout, cell_s=args.cell_timeout, cpu_s=args.cpu, memory_mb=args.memory,
+    limits = Limits(wall_s=args.timeout, cell_s=args.cell_timeout, cpu_s=args.cpu, memory_mb=args.address_space,
                     nproc=args.nproc, fsize_mb=args.fsize, nofile=args.nofile, tmp_mb=args.tmp,
-                    threads=args.threads)
+                    threads=args.threads, submission_mb=args.memory, cpus=args.cpus,
+                    cgroups=not args.no_cgroups)
     if args.scheduler and args.jobs:
         print("warning: --jobs is ignored with --scheduler: each worker grades --nthreads notebooks at once",
               file=sys.stderr)
@@ -104,7 +114,7 @@ def main(argv=None) -> int:
               + (" on every worker" if args.scheduler else ""), file=sys.stderr)
     elif not args.scheduler:  # on a cluster, each worker checks its own sandbox (autograder.cluster)
         try:
-            ensure_bwrap()
+            ensure_bwrap(limits=limits)
         except SandboxUnavailable as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -107,7 +107,7 @@ def _where() -> str:
         return f"{socket.gethostname()} ({ROOT})"
 
 
-def worker_check(want_hash: str, sandbox: bool) -> str | None:
+def worker_check(want_hash: str, sandbox: bool, limits: Limits | None = None) -> str | None:
     """None when this worker may grade for a client whose course hashes to ``want_hash``; else why not."""
     _, have = _worker_course()
     if have != want_hash:
@@ -116,7 +116,7 @@ def worker_check(want_hash: str, sandbox: bool) -> str | None:
                 "client's commit there (git pull; git status clean) and restart that worker")
     if sandbox:
         try:
-            ensure_bwrap(ROOT / "course")
+            ensure_bwrap(ROOT / "course", limits)
         except SandboxUnavailable as e:
             return f"{_where()} cannot sandbox submissions, so it grades none: {e}"
     return None
@@ -161,7 +161,7 @@ def grade_task(job: dict) -> dict:
 
     Returns ``{"outcome": <Outcome as a dict>, "worker": str}``, or ``{"refused": why}``.
     """
-    why = worker_check(job["course_hash"], job["sandbox"])
+    why = worker_check(job["course_hash"], job["sandbox"], Limits(**job["limits"]) if "limits" in job else None)
     if why:
         return {"refused": why}
     course, _ = _worker_course()
@@ -171,6 +171,9 @@ def grade_task(job: dict) -> dict:
         path.write_bytes(job["notebook"])
         entry = Entry(job["student_id"], job["assignment"], path, job["student_name"], list(job["notes"]))
         limits = Limits(**job["limits"])
+        if limits.cgroups and limits.submission_mb is None:  # this worker's slots fit this machine
+            from autograder.cgroups import default_memory_mb
+            limits = dataclasses.replace(limits, submission_mb=default_memory_mb(_nthreads()))
         with _slots(limits, course, job["sandbox"]) as slots:
             o = grade_one(entry, course, limits, scratch, job["sandbox"], slots)
     finally:
@@ -282,14 +285,14 @@ def _connect(scheduler: str, timeout: float):
         raise ClusterError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
 
 
-def _ask_workers(client, want: str, sandbox: bool, answer_s: float = CHECK_S) -> list:
+def _ask_workers(client, want: str, sandbox: bool, answer_s: float = CHECK_S, limits: Limits | None = None) -> list:
     """Every worker connected now says whether it would grade (:func:`worker_check`), so a wrong
     checkout or a missing bwrap stops the run before any work; workers that join later check each
     task again (:func:`grade_task`). A task on each worker's own threads, not ``client.run``: the
     first check imports torch and starts a sandbox, too long to block a worker's event loop. A
     worker that leaves meanwhile, or does not answer in ``answer_s``, is left out with a warning."""
     workers = list(client.scheduler_info(n_workers=-1)["workers"])
-    futs = [client.submit(worker_check, want, sandbox, workers=[w], allow_other_workers=False, pure=False,
+    futs = [client.submit(worker_check, want, sandbox, limits, workers=[w], allow_other_workers=False, pure=False,
                           key=f"autograde-check-{uuid.uuid4().hex[:8]}-{w}") for w in workers]
     deadline = time.monotonic() + answer_s
     while not all(f.done() for f in futs) and time.monotonic() < deadline:
@@ -322,7 +325,7 @@ def grade_on_cluster(src: Path, *, scheduler: str, limits: Limits | None = None,
         from coursekit.checks import load_all
         load_all()
         with _connect(scheduler, connect_s) as client:
-            said = _ask_workers(client, want, sandbox)
+            said = _ask_workers(client, want, sandbox, limits=limits)
             if not said:
                 raise ClusterError(f"the scheduler at {scheduler} has no workers: start some with "
                                    f"`dask worker {scheduler} --nthreads N` (README, Grading on a cluster)")

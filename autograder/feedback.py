@@ -28,6 +28,7 @@ STATUS_TEXT = {
     "graded": "graded",
     "timeout": "stopped: time limit",
     "crashed": "stopped: the notebook's process ended early",
+    "memory": "stopped: memory limit",
     "unreadable": "could not be read",
     "missing": "not submitted",
     "unknown-assignment": "unknown assignment",

@@ -16,6 +16,7 @@ The score never depends on anything the submission's process claims about itself
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import re
@@ -185,7 +186,13 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     if tr.disk_full:
         o.notes.append(f"your code filled the sandbox's writable space ({limits.tmp_mb} MB in the working "
                        f"folder, {limits.tmp_mb} MB in /tmp); writes beyond that failed")
-    if res.timed_out:
+    if res.oom:
+        mb = limits.submission_mb
+        o.status, o.message = "memory", ("the notebook's processes together used more than the "
+                                         + (f"{mb} MB " if mb else "") + "of memory a submission may hold "
+                                         "(files it wrote in its working folder and /tmp count too) and were "
+                                         "stopped; tests after that point scored 0")
+    elif res.timed_out:
         o.status, o.message = "timeout", (f"the notebook ran longer than the {limits.wall_s:g} s allowed "
                                           "and was stopped; tests after that point scored 0")
     elif not tr.finished:
@@ -217,6 +224,10 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
 
     torch.set_num_threads(1)
     limits = limits or Limits()
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    if limits.cgroups and limits.submission_mb is None:  # the slots, side by side, fit the machine
+        from autograder.cgroups import default_memory_mb
+        limits = dataclasses.replace(limits, submission_mb=default_memory_mb(jobs))
     course = Course(root)
     scratch = Path(tempfile.mkdtemp(prefix="autograde-"))
     try:
@@ -225,7 +236,6 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
             before_grading(entries)
         from coursekit.checks import load_all
         load_all()
-        jobs = max(1, jobs or os.cpu_count() or 1)
         outcomes = []
         bar = None
         if progress and sys.stderr.isatty():  # a bar redrawn into a log file floods it

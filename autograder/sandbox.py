@@ -21,6 +21,12 @@ What the sandbox is (``bwrap`` arguments built by :func:`bwrap_argv`):
   and kills the group on timeout; killing the pid namespace's init kills every process in it;
 * rlimits set before exec (inherited by everything inside): address space, CPU seconds, number of
   processes (enforced, since the uid is not root), file size, open files, no core dumps;
+* a control group of its own (:mod:`autograder.cgroups`), joined before exec: memory of all its
+  processes together (tmpfs included), processes, and CPU time (1 core by default), so a memory
+  bomb meets the kernel's OOM killer inside its own group (the row says so) and threads buy no
+  wall time;
+* a seccomp filter (:mod:`autograder.seccomp`, ``--seccomp``): the system calls Docker's default
+  profile denies answer EPERM;
 * only when the grader's benchmarks run on a GPU (``gpu=True``, see
   :func:`autograder.outside.served_device`): the NVIDIA device files that exist
   (:func:`gpu_device_binds`, ``--dev-bind``), the folders of the driver's libraries that the
@@ -64,12 +70,17 @@ class Limits:
     wall_s: float = 300.0  # whole notebook, wall clock
     cpu_s: int = 600  # RLIMIT_CPU, seconds of CPU for the process tree's each process
     cell_s: float = 120.0  # one cell, wall clock (an alarm inside the harness)
-    memory_mb: int = 4096  # RLIMIT_AS, per process
+    memory_mb: int = 4096  # RLIMIT_AS, per process (--address-space)
     nproc: int = 64  # RLIMIT_NPROC, processes and threads (above what the user already runs)
     fsize_mb: int = 256  # RLIMIT_FSIZE, largest file a process may write
     nofile: int = 256  # RLIMIT_NOFILE
     tmp_mb: int = 256  # size of the tmpfs on /tmp, and of the one on the working directory
     threads: int = 1  # OMP/MKL threads inside (parallelism comes from --jobs)
+    #: memory of all the submission's processes together, tmpfs included, MB (its cgroup, --memory);
+    #: None: sized so that the grading slots fit the machine (autograder.cgroups.default_memory_mb)
+    submission_mb: int | None = None
+    cpus: float = 1.0  # CPU time per wall second of the submission's cgroup, in cores (--cpus)
+    cgroups: bool = True  # a cgroup per submission (False: --no-cgroups, rlimits only)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -186,11 +197,12 @@ def hidden_code(course_dir: Path = ROOT / "course") -> dict:
 
 
 def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool = False, gpu: bool = False,
-               dev_root: str | Path = "/dev") -> list[str]:
+               dev_root: str | Path = "/dev", seccomp_fd: int | None = None) -> list[str]:
     """bwrap's arguments. ``staged``: the read-only sources are read from :func:`stage_dir` (bwrap
     runs as an unprivileged uid that may not walk to them: see :func:`_preexec`). ``gpu``: the
     benchmarks run on the GPU, so the NVIDIA device files under ``dev_root`` are bound in
-    (:func:`gpu_device_binds`) and the driver's library folders are reachable."""
+    (:func:`gpu_device_binds`) and the driver's library folders are reachable. ``seccomp_fd``: a
+    descriptor bwrap reads the seccomp filter from (:func:`autograder.seccomp.memfd`)."""
     course_dir = Path(course_dir).resolve()
     binds = []
     for i, (src, dst) in enumerate(_ro_sources(course_dir, gpu)):
@@ -237,6 +249,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         # initialized CUDA before fork() cannot use it in the child
         "--setenv", "PYTORCH_NVML_BASED_CUDA_CHECK", "1",
         *(["--setenv", "LD_LIBRARY_PATH", ":".join(libs)] if libs else []),
+        *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
         "--",
     ]
 
@@ -331,7 +344,11 @@ def sandbox_uid(wait_s: float = 0.2):
 _SANDBOX_FREE = [u for u in SANDBOX_UIDS if _unused(u)]
 
 
-def _preexec(limits: Limits, nproc_base: int, uid: int | None, stage: list[tuple[str, str]], gpu: bool = False):
+def _preexec(limits: Limits, nproc_base: int, uid: int | None, stage: list[tuple[str, str]], gpu: bool = False,
+             join: list[str] = ()):
+    """What the child that becomes bwrap does before exec: its own session, its cgroup (``join``: the
+    ``cgroup.procs`` files it writes itself into, while still root), the staged sources and the
+    sandbox's uid, the rlimits."""
     if uid is not None:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -339,6 +356,10 @@ def _preexec(limits: Limits, nproc_base: int, uid: int | None, stage: list[tuple
 
     def apply():
         os.setsid()  # own process group: the parent kills the whole group on timeout
+        for path in join:  # before anything it runs allocates: all of it is the submission's
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            os.write(fd, b"0")
+            os.close(fd)
         if uid is not None:  # the grader is root: stage the sources, then run bwrap as ``uid``
             if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
                 raise OSError(ctypes.get_errno(), "cannot take a private mount namespace")
@@ -373,6 +394,7 @@ class Result:
     timed_out: bool
     wall_s: float
     output: str  # the tail of stdout and stderr together
+    oom: bool = False  # the kernel killed a process of it for its cgroup's memory limit
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -416,10 +438,17 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
     meanwhile, and stdin is closed after it returns. ``scratch``: with ``sandbox=False`` only, the
     host folder used as the working directory. ``gpu``: give the sandbox the GPU (:func:`bwrap_argv`).
     """
-    with sandbox_uid() as uid:
-        stage = []
+    from autograder import cgroups, seccomp
+    with sandbox_uid() as uid, contextlib.ExitStack() as stack:
+        group = cgroups.for_limits(limits)
+        if group is not None:
+            stack.callback(group.close)
+        stage, filter_fd = [], None
         if sandbox:
-            argv = bwrap_argv(limits, course_dir, staged=uid is not None, gpu=gpu) + cmd
+            filter_fd = seccomp.memfd(seccomp.program())
+            stack.callback(os.close, filter_fd)
+            pass_fds = (*pass_fds, filter_fd)
+            argv = bwrap_argv(limits, course_dir, staged=uid is not None, gpu=gpu, seccomp_fd=filter_fd) + cmd
             if uid is not None:
                 stage = staged_sources(course_dir, gpu)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -440,7 +469,8 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
                                     cwd=cwd, env=env, close_fds=True, pass_fds=tuple(pass_fds),
                                     preexec_fn=_preexec(limits, _user_process_count(
-                                        uid if uid is not None else os.getuid()), uid, stage, gpu))
+                                        uid if uid is not None else os.getuid()), uid, stage, gpu,
+                                        group.join_files() if group is not None else ()))
         finally:
             os.close(out_w)
         tail = _Tail(out_r, output_cap)
@@ -454,6 +484,7 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
         timer = threading.Timer(limits.wall_s, expire)
         timer.daemon = True
         timer.start()
+        watch = cgroups.OomWatch(group, lambda: (_kill_group(proc), group.kill()))
         try:
             if on_start is not None:
                 on_start(proc)
@@ -464,18 +495,24 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
             proc.wait()
         finally:
             timer.cancel()
+            oom = watch.stop()
             _kill_group(proc)  # whatever is left of the group (the pid namespace is gone with bwrap)
             proc.wait()
             tail.join(5)
-    return Result(proc.returncode, bool(fired), time.monotonic() - t0, tail.text())
+    return Result(proc.returncode, bool(fired), time.monotonic() - t0, tail.text(), oom)
 
 
 _checked: dict = {}
 
 
-def ensure_bwrap(course_dir: Path = ROOT / "course") -> None:
+def ensure_bwrap(course_dir: Path = ROOT / "course", limits: Limits | None = None) -> None:
     """Raise :class:`SandboxUnavailable` unless bwrap can build the sandbox on this machine, as the
-    user it will run as, with the course's Python importable inside."""
+    user it will run as, with the course's Python importable inside, in a cgroup of its own unless
+    ``limits`` says ``cgroups=False`` (:class:`autograder.cgroups.CgroupUnavailable` says why not)."""
+    from dataclasses import replace
+    if shutil.which("bwrap") is not None and (limits is None or limits.cgroups):
+        from autograder import cgroups
+        cgroups.ensure(limits or Limits())  # raises CgroupUnavailable, which says why and what to do
     if "ok" in _checked:
         if not _checked["ok"]:
             raise SandboxUnavailable(_checked["why"])
@@ -485,7 +522,7 @@ def ensure_bwrap(course_dir: Path = ROOT / "course") -> None:
         why = "bubblewrap (bwrap) is not installed: run `make system` (Debian package bubblewrap)"
     else:
         probe = ["python", "-c", "import coursekit.checks, torch, IPython; print('ok')"]
-        res = run_sandboxed(probe, limits=Limits(wall_s=120), course_dir=course_dir)
+        res = run_sandboxed(probe, limits=replace(limits or Limits(), wall_s=120), course_dir=course_dir)
         if res.returncode != 0 or res.output.strip().splitlines()[-1:] != ["ok"]:
             who = "" if os.geteuid() != 0 else f" as the unprivileged uid {SANDBOX_UIDS[0]}"
             why = (f"bwrap cannot run the course's Python in its sandbox{who} (exit {res.returncode}): "

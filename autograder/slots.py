@@ -8,6 +8,15 @@ its own unprivileged uid, no capability, read-only root, no network, rlimits), a
 submission then runs in a child that has entered new namespaces, fresh sized tmpfs and a new
 pid 1 before its first line (see the zygote's docstring for the list).
 
+Each submission gets a cgroup of its own (:mod:`autograder.cgroups`), made here before the fork:
+the fork request carries its ``cgroup.procs`` files, opened here (as root), and the child writes
+itself into them before anything else, then closes them, so that everything the submission
+starts and every page it writes (its tmpfs too) is counted there; the grader checks the group is
+not empty before the submission's first cell. The zygote's bwrap installs the seccomp filter
+without ``unshare`` and ``mount`` (:func:`autograder.seccomp.program`, ``slot=True``), which the
+child needs for its namespaces; the child installs the full filter before its init forks the
+harness.
+
 :meth:`Slot.run` has the contract of :func:`autograder.sandbox.run_sandboxed`: ``on_start`` gets a
 handle with ``stdin`` (the job pipe), ``wait(timeout)`` and ``kill()``; the wall clock runs
 meanwhile; the result carries the exit code, whether the clock ran out, the wall time and the
@@ -20,6 +29,7 @@ next submission starts a new one: a submission can cost its own row, never anoth
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -33,6 +43,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from autograder import cgroups, seccomp
 from autograder.sandbox import (ROOT, ZYGOTE_IN, Limits, Result, SandboxUnavailable, _preexec,
                                 _Tail, _user_process_count, bwrap_argv, hidden_code, sandbox_uid,
                                 staged_sources)
@@ -89,14 +100,16 @@ class Slot:
     def _start(self, uid):
         stage = staged_sources(self.course_dir, self.gpu) if uid is not None else []
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = bwrap_argv(self.limits, self.course_dir, staged=uid is not None, gpu=self.gpu) + [
+        filter_fd = seccomp.memfd(seccomp.program(slot=True))
+        argv = bwrap_argv(self.limits, self.course_dir, staged=uid is not None, gpu=self.gpu,
+                          seccomp_fd=filter_fd) + [
             "python", ZYGOTE_IN, str(theirs.fileno()), str(self.limits.tmp_mb), str(self.limits.cpu_s)]
         out_r, out_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w, cwd="/",
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, close_fds=True,
-                pass_fds=(theirs.fileno(),),
+                pass_fds=(theirs.fileno(), filter_fd),
                 # the zygote lives for many submissions: its own CPU limit is a day's, each child
                 # sets the submission's; bwrap, the zygote and a child's intermediate and init are
                 # not the submission's to count against its process limit
@@ -105,12 +118,15 @@ class Slot:
                                     uid, stage, self.gpu))
         finally:
             os.close(out_w)
+            os.close(filter_fd)
             theirs.close()
         self.tail = _Tail(out_r, 16 << 10)
         self.tail.start()
         # the hidden checks, as code: the sandbox has no file of them (sandbox.hidden_code); written
         # from a thread, so a zygote that never reads its stdin costs START_S, not a hang
-        payload = (json.dumps({"hidden": hidden_code(self.course_dir)}) + "\n").encode()
+        # and the full seccomp filter, which each submission's child installs
+        payload = (json.dumps({"hidden": hidden_code(self.course_dir),
+                               "seccomp": base64.b64encode(seccomp.program()).decode()}) + "\n").encode()
 
         def write(stdin=self.proc.stdin):
             with contextlib.suppress(OSError, ValueError):
@@ -154,18 +170,28 @@ class Slot:
 
     def run(self, on_start, reply_w: int, output_cap: int = 64 << 10, exit_s: float = 15.0) -> Result:
         """Run one submission in a fresh child of this slot (see the module docstring)."""
+        group = cgroups.for_limits(self.limits)
+        try:
+            return self._run(on_start, reply_w, output_cap, exit_s, group)
+        finally:
+            if group is not None:
+                group.close()
+
+    def _run(self, on_start, reply_w, output_cap, exit_s, group) -> Result:
         job_r, job_w = os.pipe()
         out_r, out_w = os.pipe()
+        joins = [os.open(f, os.O_WRONLY | os.O_CLOEXEC) for f in group.join_files()] if group is not None else []
         t0 = time.monotonic()
         self.forks += 1
         ident = self.forks
-        self._send({"op": "fork", "id": ident}, (job_r, reply_w, out_w))
-        for fd in (job_r, out_w):
+        self._send({"op": "fork", "id": ident, "cgroups": len(joins)}, (job_r, reply_w, out_w, *joins))
+        for fd in (job_r, out_w, *joins):
             os.close(fd)
         tail = _Tail(out_r, output_cap)
         tail.start()
         msg = None if self.broken else self._recv(FORK_S)
-        if not (isinstance(msg, dict) and msg.get("forked") is True and msg.get("id") == ident):
+        if not (isinstance(msg, dict) and msg.get("forked") is True and msg.get("id") == ident) \
+                or (group is not None and not group.pids()):  # the child must be in its group
             self.broken = True
             os.close(job_w)
             tail.join(1)
@@ -181,6 +207,7 @@ class Slot:
         timer = threading.Timer(self.limits.wall_s, expire)
         timer.daemon = True
         timer.start()
+        watch = cgroups.OomWatch(group, lambda: (child.kill(), group.kill()))
         try:
             if on_start is not None:
                 on_start(child)
@@ -192,6 +219,7 @@ class Slot:
                 pass
         finally:
             timer.cancel()
+            oom = watch.stop()
             if not child.gone:  # killed, and still no word: the zygote is not to be trusted again
                 child.kill()
                 try:
@@ -199,7 +227,7 @@ class Slot:
                 except subprocess.TimeoutExpired:
                     self.broken = True
             tail.join(5)
-        return Result(child.exit, bool(fired), time.monotonic() - t0, tail.text())
+        return Result(child.exit, bool(fired), time.monotonic() - t0, tail.text(), oom)
 
     def close(self) -> None:
         proc = getattr(self, "proc", None)

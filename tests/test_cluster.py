@@ -244,7 +244,7 @@ def test_each_task_carries_the_hash_and_a_worker_refuses_it(cluster, tmp_path, m
     tasks themselves come back refused."""
     from autograder import cluster as cl
 
-    monkeypatch.setattr(cl, "_ask_workers", lambda client, want, sandbox: [None])
+    monkeypatch.setattr(cl, "_ask_workers", lambda client, want, sandbox, **_: [None])
     src = _class(tmp_path / "class", doomed=False)
     with pytest.raises(cl.ClusterError, match="has another course installed"):
         cl.grade_on_cluster(src, scheduler=cluster["address"], root=_other_course(tmp_path), progress=False)

@@ -9,8 +9,9 @@ checks' code (:func:`autograder.sandbox.hidden_code`), registered before anythin
 (the sandbox has no file of them). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
 are JSON; the grader sends::
 
-    {"op": "fork", "id": n}  + three descriptors: the job pipe's read end, the reply pipe's write end, the
-                      output pipe's write end (SCM_RIGHTS)
+    {"op": "fork", "id": n, "cgroups": k}  + 3 + k descriptors: the job pipe's read end, the reply
+                      pipe's write end, the output pipe's write end, and the ``cgroup.procs`` files of
+                      the submission's cgroup, opened by the grader (SCM_RIGHTS)
     {"op": "kill", "id": n}  while child n runs: kill it (and everything it started) now
 
 and this process answers ``{"ready": true}`` once at start, then per fork ``{"forked": true,
@@ -19,6 +20,9 @@ and this process answers ``{"ready": true}`` once at start, then per fork ``{"fo
 Why a child is as fresh as a sandbox of its own. Between fork and the student's first line, the
 child (:func:`_enter`):
 
+0. writes itself into its cgroup's ``cgroup.procs`` files (the descriptors were opened by the
+   grader, as root, which is what the kernel checks) and closes them: everything it starts, and
+   every page it writes, is the submission's (:mod:`autograder.cgroups`);
 1. ``unshare`` s new user, mount, pid, network, IPC and UTS namespaces (the zygote never runs
    student code: each fork is a pristine copy of it);
 2. mounts new, sized tmpfs on the working directory, ``/tmp`` and ``/dev/shm``: nothing an
@@ -31,7 +35,9 @@ child (:func:`_enter`):
 4. brings up its own loopback, sets the hostname, forbids further user namespaces where the
    kernel allows it, drops every capability (bounding set, ambient, effective, permitted), sets
    ``no_new_privs`` and the submission's own CPU-seconds limit: mounts inherited from the slot are locked, and without
-   ``CAP_SYS_ADMIN`` it cannot unmount its own tmpfs or ``/proc`` either;
+   ``CAP_SYS_ADMIN`` it cannot unmount its own tmpfs or ``/proc`` either; and installs the full
+   seccomp filter (:mod:`autograder.seccomp`; the zygote's own lacks ``unshare`` and ``mount``,
+   which step 1 needs), in the init, so the harness and all it starts have it;
 5. keeps only its three pipes, reseeds torch's, numpy's and Python's global generators
    (:func:`_reseed`), then runs :func:`harness.main`.
 
@@ -53,6 +59,7 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 WORK = "/home/student"
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -99,6 +106,18 @@ def _drop_capabilities():
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _install_seccomp(prog: bytes) -> None:
+    """Install ``prog`` (``struct sock_filter`` bytes) as this process's seccomp filter (stacked on
+    the zygote's; inherited by all it starts). Needs ``no_new_privs``, set just before."""
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = _SockFprog(len(prog) // 8, ctypes.addressof(buf))
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
 def _mounts_below(path: str) -> list[str]:
     """The top-most mount points strictly below ``path`` (e.g. the read-only binds of a checkout or a
     virtual environment that lives in ``/tmp``), from ``/proc/self/mountinfo``."""
@@ -135,7 +154,7 @@ def _fresh_tmpfs(path: str, options: str) -> None:
         os.close(old)
 
 
-def _enter(tmp_mb: int, cpu_s: int, status_w: int, keep: tuple) -> None:
+def _enter(tmp_mb: int, cpu_s: int, status_w: int, keep: tuple, seccomp: bytes | None) -> None:
     """Steps 1-4 of the module docstring. Returns in the process that runs the harness (pid 2 of
     its namespace, under a minimal init); the intermediate process waits for the init and exits
     with its status, which it gets only once every process of the namespace is gone."""
@@ -174,6 +193,8 @@ def _enter(tmp_mb: int, cpu_s: int, status_w: int, keep: tuple) -> None:
     except OSError:
         pass
     _drop_capabilities()
+    if seccomp:
+        _install_seccomp(seccomp)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))  # per submission (the zygote's is longer)
     os.chdir(WORK)
     # pid 1 stays a minimal init: it reaps orphans (as bwrap's init does in a one-off sandbox) and
@@ -216,13 +237,16 @@ def _reseed():
         sys.modules["torch"].manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
 
 
-def _run_child(sock, fds, tmp_mb, cpu_s, status_w, harness):
+def _run_child(sock, fds, tmp_mb, cpu_s, status_w, harness, seccomp):
     """In the forked child: never returns."""
     code = 70
     try:
         sock.close()
-        job_r, reply_w, out_w = fds
-        _enter(tmp_mb, cpu_s, status_w, (job_r, reply_w, out_w))
+        job_r, reply_w, out_w, *joins = fds
+        for fd in joins:  # step 0: into the submission's cgroup, first of all
+            os.write(fd, b"0")
+            os.close(fd)
+        _enter(tmp_mb, cpu_s, status_w, (job_r, reply_w, out_w), seccomp)
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         os.close(out_w)
@@ -247,7 +271,7 @@ def _send(sock, obj):
     sock.send(json.dumps(obj).encode())
 
 
-def _one(sock, fds, req, harness):
+def _one(sock, fds, req, harness, seccomp=None):
     """Fork one submission's child, relay its life to the grader, return when it is gone.
 
     A kill names the fork it is for (``id``): a late kill meant for an earlier submission never
@@ -261,7 +285,7 @@ def _one(sock, fds, req, harness):
     pid = _fork()
     if pid == 0:
         os.close(status_r)
-        _run_child(sock, fds, int(req["tmp_mb"]), int(req["cpu_s"]), status_w, harness)
+        _run_child(sock, fds, int(req["tmp_mb"]), int(req["cpu_s"]), status_w, harness, seccomp)
     os.close(status_w)
     for fd in fds:
         os.close(fd)
@@ -308,9 +332,9 @@ def _one(sock, fds, req, harness):
     _send(sock, {"exit": code, "id": req.get("id")})
 
 
-def _read_hidden():
-    """The hidden checks' code, one JSON line on stdin from the grader (:class:`autograder.slots.Slot`),
-    read to its end; stdin is ``/dev/null`` afterwards."""
+def _read_start():
+    """One JSON line on stdin from the grader (:class:`autograder.slots.Slot`), read to its end: the
+    hidden checks' code and the seccomp filter (base64); stdin is ``/dev/null`` afterwards."""
     chunks = []
     while True:
         chunk = os.read(0, 1 << 16)
@@ -321,29 +345,31 @@ def _read_hidden():
     os.dup2(null, 0)
     os.close(null)
     data = b"".join(chunks).strip()
-    return json.loads(data).get("hidden") if data else None
+    return json.loads(data) if data else {}
 
 
 def main():
     sock = socket.socket(fileno=int(sys.argv[1]))
     tmp_mb, cpu_s = int(sys.argv[2]), int(sys.argv[3])
-    hidden = _read_hidden()
+    start = _read_start()
+    import base64
+    seccomp = base64.b64decode(start["seccomp"]) if start.get("seccomp") else None
     import harness  # beside this file in /grader
-    harness.install_hidden(hidden)
-    del hidden
+    harness.install_hidden(start.get("hidden"))
+    del start
     harness.preload()
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     _send(sock, {"ready": True})
     while True:
-        msg, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+        msg, fds, _, _ = socket.recv_fds(sock, 4096, 8)
         if not msg:
             return
         req = json.loads(msg)
-        if req.get("op") != "fork" or len(fds) != 3:
+        if req.get("op") != "fork" or len(fds) != 3 + int(req.get("cgroups", 0)):
             for fd in fds:
                 os.close(fd)
             continue
-        _one(sock, fds, {"tmp_mb": tmp_mb, "cpu_s": cpu_s, **req}, harness)
+        _one(sock, fds, {"tmp_mb": tmp_mb, "cpu_s": cpu_s, **req}, harness, seccomp)
 
 
 if __name__ == "__main__":
