@@ -106,7 +106,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.max_score = sum(t.points for t in tests)
 
     def zero(status, message):
-        o.status, o.message = status, message
+        extra = [n for n in o.notes if n not in message]  # e.g. which file was graded, which ignored
+        o.status, o.message = status, "; ".join([message] + extra)
         o.tests = [TestResult(t.grade_id, getattr(_check(t.grade_id), "doc", t.grade_id), 0.0, t.points, False,
                               message) for t in tests]
         return o
