@@ -59,6 +59,7 @@ class Entry:
     student_name: str = ""
     notes: list[str] = field(default_factory=list)
     rank: tuple = (0, 0.0)  # resubmission order: (suffix number, mtime)
+    filename: str = ""  # the name the student gave the file (an LMS prefixes its own); default path's
 
 
 def _cut(s: str, limit: int) -> str:
@@ -358,7 +359,7 @@ def _lms_entry(f: Path, uid: str, name: str, catalog: Catalog, orig: str | None 
         notes.append(f"the file is named {orig}, expected {catalog.notebooks[a]}; "
                      "it was recognised by its cells and graded")
     return Entry(uid, a, f, student_name=name.replace("_", " "), notes=notes,
-                 rank=(n, f.stat().st_mtime))
+                 rank=(n, f.stat().st_mtime), filename=orig)
 
 
 def _student_folder(d: Path, catalog: Catalog) -> list[Entry]:
