@@ -430,9 +430,17 @@ def _pick(nbs: list[Path], a: str, want: str, catalog: Catalog) -> tuple[Path, l
 
 
 def _latest(entries: list[Entry]) -> list[Entry]:
-    """One entry per (student, assignment): the latest resubmission. The notes of an entry
-    without a file (a skipped or missing one) stay on the row that is kept."""
+    """One entry per (student, assignment): the latest resubmission that is a readable notebook
+    (an empty or unreadable later file never replaces one). The notes of an entry without a file
+    (a skipped or missing one) stay on the row that is kept."""
     best: dict = {}
+    seen: dict = {}
+
+    def readable(e: Entry) -> bool:
+        if e.path not in seen:
+            seen[e.path] = _cells(e.path) is not None
+        return seen[e.path]
+
     for e in entries:
         key = (e.student_id, e.assignment)
         if e.assignment == "(unknown)":
@@ -441,12 +449,15 @@ def _latest(entries: list[Entry]) -> list[Entry]:
         if cur is None:
             best[key] = e
             continue
-        if e.path is not None and (cur.path is None or e.rank > cur.rank):
-            if cur.path is not None:
-                e.notes.append(f"resubmitted: graded {e.path.name}, not the earlier {cur.path.name}")
+        if e.path is not None and (cur.path is None or (readable(e), e.rank) > (readable(cur), cur.rank)):
             keep, drop = e, cur
         else:
             keep, drop = cur, e
+        if keep.path is not None and drop.path is not None:
+            if keep.rank > drop.rank:
+                keep.notes.append(f"resubmitted: graded {keep.path.name}, not the earlier {drop.path.name}")
+            else:  # an empty or unreadable later file never replaces a readable notebook
+                keep.notes.append(f"graded {keep.path.name}: the later {drop.path.name} is not a readable notebook")
         if drop.path is None:
             keep.notes.extend(n for n in drop.notes if n not in keep.notes)
         best[key] = keep

@@ -273,3 +273,19 @@ def test_grades_csv_says_which_file_was_graded_and_which_were_not(tmp_path):
         assert "empty.ipynb (not a readable notebook)" in by[s]["message"], by[s]
     assert "graded layernorm-Copy1.ipynb" in by["ann"]["message"] and "Untitled.ipynb" in by["ann"]["message"]
     assert by["bob"]["status"] == "graded" and "graded layernorm (1).ipynb" in by["bob"]["message"], by["bob"]
+
+
+def test_an_empty_later_lms_resubmission_never_replaces_a_readable_one(tmp_path):
+    """Canvas: -1 is the solution, -2 (later) a 0-byte upload: -1 is graded, and the row says why;
+    a readable later resubmission still wins."""
+    z = _zip(tmp_path / "canvas.zip", {
+        "ann_11_1_layernorm-1.ipynb": SOLVED,
+        "ann_11_2_layernorm-2.ipynb": b"",
+        "bob_22_3_layernorm-1.ipynb": SOLVED,
+        "bob_22_4_layernorm-2.ipynb": STUB,
+    })
+    e = _by(discover(z, CAT, tmp_path / "s"))
+    assert e[("11", A)].path.name == "ann_11_1_layernorm-1.ipynb", e[("11", A)].notes
+    assert any("the later ann_11_2_layernorm-2.ipynb is not a readable notebook" in n for n in e[("11", A)].notes)
+    assert e[("22", A)].path.name == "bob_22_4_layernorm-2.ipynb"
+    assert any(n.startswith("resubmitted: graded bob_22_4") for n in e[("22", A)].notes), e[("22", A)].notes
