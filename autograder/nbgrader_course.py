@@ -352,14 +352,24 @@ def annotate(outcomes, course: NbCourse, regraded=None) -> None:
       over the automatic score of this run (:func:`write` never overwrites it), as
       ``{"cell", "manual", "auto", "id"}`` (``id``: the gradebook's grade row).
     """
-    import warnings as pywarnings
-
-    from nbgrader.api import Gradebook, MissingEntry
     from course.release import venv_env
 
     if _sqlite_missing(course.db_url):
         return
     os.environ["PATH"] = venv_env()["PATH"]  # nbgrader's Gradebook shells out to alembic
+    try:
+        _annotate(outcomes, course, regraded)
+    except Exception as e:  # noqa: BLE001 -- the grades are still written; write() reports the gradebook
+        import sys
+        print(f"warning: could not read names and manual grades from {course.db_url}: {type(e).__name__}: {e}",
+              file=sys.stderr)
+
+
+def _annotate(outcomes, course: NbCourse, regraded) -> None:
+    import warnings as pywarnings
+
+    from nbgrader.api import Gradebook, MissingEntry
+
     with Gradebook(course.db_url, course.course_id) as gb, pywarnings.catch_warnings():
         pywarnings.simplefilter("ignore")
         names = {st.id: " ".join(n for n in (st.first_name, st.last_name) if n) for st in gb.students}
