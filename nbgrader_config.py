@@ -24,6 +24,10 @@ c.CourseDirectory.release_directory = "exercises"
 # nbgrader's default; on a shared machine change it here, and give the students the same
 # `c.Exchange.root` in their own nbgrader_config.py (README, "From release to feedback").
 c.Exchange.root = "/usr/local/share/nbgrader/exchange"
+# Feedback for a notebook handed in under another name (backward.ipynb in 01_layernorm/) is also
+# released under that name: the student's fetch_feedback looks for the names it handed in
+# (autograder/nbgrader_feedback.py).
+c.ExchangeFactory.release_feedback = "autograder.nbgrader_feedback.ReleaseFeedback"
 
 # exercises/ is committed, so without this `nbgrader generate_assignment A` would skip A ("Skipping
 # existing assignment") and never record it in gradebook.db, and `nbgrader autograde A` would then

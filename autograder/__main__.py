@@ -38,7 +38,7 @@ SAMPLE = ROOT / "tools" / "sample_class"
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m autograder")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd")
     g = sub.add_parser("grade", help="grade a class of submissions")
     g.add_argument("submissions", nargs="?", default=None,
                    help="folder in nbgrader's submitted layout, a .zip of one, an LMS download "
@@ -95,7 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.cmd is None:
+        ap.print_usage(sys.stderr)
+        print("error: give a command: grade (python -m autograder grade --help)", file=sys.stderr)
+        return 2
     from autograder import results
     from autograder.cluster import ClusterError, grade_on_cluster
     from autograder.grade import grade_class
@@ -159,9 +164,19 @@ def main(argv=None) -> int:
             return 2
     elif not args.no_course:
         nbcourse = nbgrader_course.detect(Path(args.submissions))
-    if nbcourse is not None:
-        print(f"grading the nbgrader course {nbcourse.root}: results also go to its gradebook "
-              f"({nbcourse.db_url}) and {nbcourse.autograded}/", file=sys.stderr)
+    if args.assignment:  # an unknown name is an error before anything else is said or done
+        from autograder.ingest import Catalog
+        try:
+            from autograder.grade import select
+            select([], Catalog(Path(args.course_root) / "exercises"), args.assignment, check_only=True)
+        except InputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+
+    def announce() -> None:  # once the run is known to go ahead
+        if nbcourse is not None:
+            print(f"grading the nbgrader course {nbcourse.root}: results also go to its gradebook "
+                  f"({nbcourse.db_url}) and {nbcourse.autograded}/", file=sys.stderr)
     out = Path(args.out)
     gb = args.gradebook if args.gradebook is not None else ("none" if nbcourse is not None else None)
     gb_path = None if (gb or "").lower() == "none" else (Path(gb) if gb else out / "gradebook.db")
@@ -186,11 +201,12 @@ def main(argv=None) -> int:
                                         sandbox=not args.no_sandbox, progress=not args.no_progress,
                                         root=Path(args.course_root), assignments=args.assignment)
             same_class({o.student_id for o in outcomes})
+            announce()
         else:
             outcomes = grade_class(Path(args.submissions), out, jobs=args.jobs, limits=limits,
                                    sandbox=not args.no_sandbox, progress=not args.no_progress,
                                    root=Path(args.course_root), assignments=args.assignment,
-                                   before_grading=lambda es: same_class({e.student_id for e in es}))
+                                   before_grading=lambda es: (same_class({e.student_id for e in es}), announce()))
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -206,8 +222,13 @@ def main(argv=None) -> int:
     fresh = outcomes
     if before is not None:
         outcomes, fresh, kept = results.merge(before, outcomes)
-        print(f"kept {kept} of {len(before)} earlier rows in {out / 'results.json'} (students and assignments "
-              "not regraded in this run)", file=sys.stderr)
+        if kept:
+            rows = lambda k: f"{k} row{'s' if k != 1 else ''}"  # noqa: E731
+            print(f"regraded {rows(len(fresh))}, kept {rows(kept)} of earlier runs: students and assignments not "
+                  f"in this run (from {out / 'results.json'})", file=sys.stderr)
+    if nbcourse is not None:  # names and kept manual grades from the course's gradebook
+        nbgrader_course.annotate(outcomes, nbcourse, {(o.student_id, o.assignment) for o in fresh})
+        results.print_kept_manual(fresh, nbcourse.db_url)
     results.write_csv(outcomes, out / "grades.csv")
     results.write_json(outcomes, out / "results.json")
     from autograder import feedback, gradebook

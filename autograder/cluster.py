@@ -258,9 +258,14 @@ def outcome_from(res, entry: Entry, course: Course) -> Outcome:
         tests.append(TestResult(**t))
     if abs(d["score"] - sum(t.points for t in tests)) > 1e-9 or d["max_score"] != sum(w.points for w in want):
         raise BadResult(f"score {d['score']} / {d['max_score']} is not the sum of its tests")
+    if d["other_assignment"] not in ("", *course.catalog.notebooks) or d["other_assignment"] == entry.assignment:
+        raise BadResult(f"other_assignment {d['other_assignment']!r} is not another assignment of the course")
     from autograder.protocol import OUTPUT_TAIL_CHARS, bound_cell_errors
+    # the file's name is the client's (the worker saw a copy named submission.ipynb); manual grades
+    # kept are the course gradebook's, read here
     return Outcome(**dict(d, tests=tests, cell_errors=bound_cell_errors(d["cell_errors"]),
-                          output_tail=d["output_tail"][-OUTPUT_TAIL_CHARS:]))
+                          output_tail=d["output_tail"][-OUTPUT_TAIL_CHARS:],
+                          handed_in=entry.filename or (entry.path.name if entry.path else ""), manual_kept=[]))
 
 
 def _zero(entry: Entry, course: Course, status: str, message: str) -> Outcome:
@@ -268,7 +273,8 @@ def _zero(entry: Entry, course: Course, status: str, message: str) -> Outcome:
     tests = course.tests(entry.assignment)
     o = Outcome(entry.student_id, entry.assignment, entry.student_name,
                 notebook=course.catalog.notebooks[entry.assignment], status=status, message=message,
-                notes=list(entry.notes), max_score=sum(t.points for t in tests))
+                notes=list(entry.notes), max_score=sum(t.points for t in tests),
+                handed_in=(entry.filename or entry.path.name) if entry.path is not None and status != "missing" else "")
     o.tests = [TestResult(t.grade_id, getattr(check_for(t.grade_id), "doc", t.grade_id), 0.0, t.points, False,
                           message) for t in tests]
     if o.notes:

@@ -108,6 +108,7 @@ def report_html(outcomes) -> str:
     for a, os_ in sorted(by_a.items()):
         sub = [o for o in os_ if o.status != "missing"]
         st = Counter(o.status for o in os_ if o.status != "graded")
+        st.update("another assignment's notebook" for o in os_ if getattr(o, "other_assignment", ""))
         glance.append({"assignment": a, "submitted": len(sub), "rows": len(os_),
                        "mean": sum(o.score for o in sub) / len(sub) if sub else 0,
                        "max_score": max((o.max_score for o in os_), default=0) or 1,
@@ -144,18 +145,21 @@ def report_html(outcomes) -> str:
             ax.tick_params(axis="y", labelsize=7)
             pass_rate_png = _png(fig)
 
-    # Most common mistakes.
+    # Most common mistakes: each message counted once per student notebook, with the tests it failed.
     groups = Counter()
-    example = {}
+    example, tests_of = {}, defaultdict(list)
     for o in outcomes:
         if o.status in ("missing",):
             continue
+        mine = {}
         for t in o.tests:
             if not t.passed and t.message:
-                k = (o.assignment, t.grade_id, _group(t.message))
-                groups[k] += 1
-                example.setdefault(k, t.message)
-    mistakes = [{"count": c, "assignment": k[0], "grade_id": k[1], "example": example[k][:400]}
+                mine.setdefault((o.assignment, _group(t.message)), (t.message, []))[1].append(t.grade_id)
+        for k, (msg, gids) in mine.items():
+            groups[k] += 1
+            example.setdefault(k, msg)
+            tests_of[k].extend(g for g in gids if g not in tests_of[k])
+    mistakes = [{"count": c, "assignment": k[0], "grade_ids": tests_of[k], "example": example[k][:400]}
                 for k, c in groups.most_common(25)]
 
     # Benchmarks: the factor (student time / torch time) where the check reports one.
@@ -192,8 +196,21 @@ def report_html(outcomes) -> str:
                    assignments=assignments, glance=glance, score_png=score_png, pass_rate_png=pass_rate_png,
                    mistakes=mistakes, benchmark_png=benchmark_png, students=rows,
                    needs_review=[{"student_id": o.student_id, "assignment": o.assignment, "href": feedback_href(o),
-                                  "reasons": list(o.review or [])} for o in outcomes if getattr(o, "review", None)],
+                                  "reasons": _review_reasons(o)} for o in outcomes if _review_reasons(o)],
+                   manual_kept=[{"student_id": o.student_id, "assignment": o.assignment, **m}
+                                for o in outcomes for m in getattr(o, "manual_kept", None) or []],
                    unknown=[o for o in outcomes if not o.notebook])
+
+
+def _review_reasons(o) -> list[str]:
+    """What the report's "Needs review" lists for ``o``: the scan's flags, and a notebook of another
+    assignment handed in (graded against this one's tests: likely 0, and the student's work elsewhere)."""
+    reasons = list(getattr(o, "review", None) or [])
+    other = getattr(o, "other_assignment", "")
+    if other:
+        reasons.insert(0, f"handed in {other}'s notebook ({o.handed_in or '?'}) for {o.assignment}: graded "
+                          f"against {o.assignment}'s tests")
+    return reasons
 
 
 def write_all(outcomes, out: Path) -> None:

@@ -48,14 +48,16 @@ CANVAS_LATE = re.compile(r"^[^_/]+?_LATE_\d+_\d+_.+$")
 LATE_NOTE = "handed in late (the LMS marked the file _LATE_)"
 
 
-def select(entries: list[Entry], catalog: Catalog, assignments=None) -> list[Entry]:
+def select(entries: list[Entry], catalog: Catalog, assignments=None, check_only: bool = False) -> list[Entry]:
     """The entries to grade: only ``assignments`` when given (``--assignment``; an unknown name is
-    an :class:`InputError`), each late one noted as such."""
+    an :class:`InputError`), each late one noted as such. ``check_only``: only check the names."""
     if assignments:
         unknown = sorted(set(assignments) - set(catalog.notebooks))
         if unknown:
             raise InputError(f"no assignment called {', '.join(map(repr, unknown))} in this course "
                              f"(known: {', '.join(catalog.assignments)})")
+        if check_only:
+            return entries
         entries = [e for e in entries if e.assignment in set(assignments)]
         if not entries:
             raise InputError(f"nothing was handed in for {', '.join(sorted(assignments))}")
@@ -107,13 +109,15 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.max_score = sum(t.points for t in tests)
 
     def zero(status, message):
-        o.status, o.message = status, message
+        extra = [n for n in o.notes if n not in message]  # e.g. which file was graded, which ignored
+        o.status, o.message = status, "; ".join([message] + extra)
         o.tests = [TestResult(t.grade_id, getattr(_check(t.grade_id), "doc", t.grade_id), 0.0, t.points, False,
                               message) for t in tests]
         return o
 
     if entry.path is None:
         return zero("missing", "; ".join(entry.notes) or "nothing was submitted")
+    o.handed_in = entry.filename or entry.path.name
     try:
         cells = planmod.read_student_notebook(entry.path, o.notes)
     except planmod.BadNotebook as e:
@@ -123,6 +127,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     plan = planmod.make_plan(course.release(entry.assignment), cells)
     other = other_assignment(entry.path, entry.assignment, course.catalog)
     if other:  # the wrong notebook: say whose it is, not which of this assignment's cells it lacks
+        o.other_assignment = other
         o.notes.insert(0, f"this is {other}'s notebook ({course.catalog.notebooks[other]}: its cells are "
                           f"that assignment's), not {entry.assignment}'s: it was graded against "
                           f"{entry.assignment}'s tests; hand in {o.notebook} for {entry.assignment}")

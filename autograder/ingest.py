@@ -11,7 +11,11 @@
 
 Files are mapped to assignments by notebook name (``layernorm.ipynb`` -> ``01_layernorm``), and
 failing that by the nbgrader grade ids inside. When one student has several files for one
-assignment, the latest resubmission wins (highest ``-N``, then newest).
+assignment, the latest resubmission wins (highest ``-N``, then newest). In an assignment folder
+holding several notebooks, content decides first (:func:`_pick`: the assignment's cells with
+answers written beat a copy of the release, which beats another notebook, which beats an empty or
+unreadable file), then the name, then the time; the row's notes say which file was graded and
+which were not.
 
 Student ids are kept as given (Unicode, spaces: nbgrader keeps them too); only what cannot be one
 path component (``feedback/<student_id>/``, ``submitted/<student_id>/``) is replaced. Two
@@ -55,6 +59,7 @@ class Entry:
     student_name: str = ""
     notes: list[str] = field(default_factory=list)
     rank: tuple = (0, 0.0)  # resubmission order: (suffix number, mtime)
+    filename: str = ""  # the name the student gave the file (an LMS prefixes its own); default path's
 
 
 def _cut(s: str, limit: int) -> str:
@@ -131,16 +136,33 @@ def extract_zip(zpath: Path, dest: Path) -> list[tuple[list[str], str]]:
     return skipped
 
 
-def _grade_ids(path: Path) -> set:
+def _cells(path: Path) -> list | None:
+    """The notebook's cells, or None when it cannot be read as a notebook (empty, not JSON, too big)."""
     try:
         if path.stat().st_size > 100 << 20:
-            return set()
+            return None
         nb = json.loads(path.read_bytes().decode("utf-8-sig"))
-        cells = nb.get("cells") or [c for ws in nb.get("worksheets", []) for c in ws.get("cells", [])]
-        from course import cells as cells_
-        return {gid for gid in map(cells_.grade_id, cells) if gid}
+        cells = nb.get("cells") if isinstance(nb.get("cells"), list) else \
+            [c for ws in nb["worksheets"] for c in ws.get("cells", [])]
+        return [c for c in cells if isinstance(c, dict)]
     except Exception:  # noqa: BLE001 -- unreadable files are reported when graded
-        return set()
+        return None
+
+
+def _grade_ids(path: Path) -> set:
+    from course import cells as cells_
+    return {gid for gid in map(cells_.grade_id, _cells(path) or []) if gid}
+
+
+def _answers(cells: list) -> dict:
+    """grade id -> source of each answer cell (nbgrader ``solution``), first copy."""
+    from course import cells as cells_
+    out: dict = {}
+    for c in cells:
+        gid = cells_.grade_id(c)
+        if gid and cells_.role(c) == "answer":
+            out.setdefault(gid, cells_.source(c).strip())
+    return out
 
 
 class Catalog:
@@ -149,11 +171,13 @@ class Catalog:
     def __init__(self, exercises: Path):
         self.notebooks: dict[str, str] = {}  # assignment -> notebook file name
         self.ids: dict[str, set] = {}
+        self.stubs: dict[str, dict] = {}  # assignment -> answer grade id -> the released stub
         for d in sorted(Path(exercises).iterdir()) if Path(exercises).is_dir() else []:
             nbs = sorted(d.glob("*.ipynb"))
             if d.is_dir() and nbs:
                 self.notebooks[d.name] = nbs[0].name
                 self.ids[d.name] = _grade_ids(nbs[0])
+                self.stubs[d.name] = _answers(_cells(nbs[0]) or [])
 
     @property
     def assignments(self) -> list[str]:
@@ -169,6 +193,19 @@ class Catalog:
             if stem == nb[:-6].lower():
                 return a, n
         return None, n
+
+    def content(self, path: Path, assignment: str) -> tuple[str, int]:
+        """What ``path`` holds for ``assignment``: ``("unreadable", 0)`` (empty, not a notebook),
+        ``("other", 0)`` (a notebook without that assignment's cells), or ``("ours", n)``: its
+        cells are the assignment's, ``n`` answer cells hold work (differ from the released stub)."""
+        cells = _cells(path)
+        if cells is None:
+            return "unreadable", 0
+        from course import cells as cells_
+        if not {gid for gid in map(cells_.grade_id, cells) if gid} & self.ids.get(assignment, set()):
+            return "other", 0
+        stubs = self.stubs.get(assignment, {})
+        return "ours", sum(1 for gid, src in _answers(cells).items() if gid in stubs and src != stubs[gid])
 
     def by_content(self, path: Path) -> str | None:
         ids = _grade_ids(path)
@@ -322,7 +359,7 @@ def _lms_entry(f: Path, uid: str, name: str, catalog: Catalog, orig: str | None 
         notes.append(f"the file is named {orig}, expected {catalog.notebooks[a]}; "
                      "it was recognised by its cells and graded")
     return Entry(uid, a, f, student_name=name.replace("_", " "), notes=notes,
-                 rank=(n, f.stat().st_mtime))
+                 rank=(n, f.stat().st_mtime), filename=orig)
 
 
 def _student_folder(d: Path, catalog: Catalog) -> list[Entry]:
@@ -336,12 +373,10 @@ def _student_folder(d: Path, catalog: Catalog) -> list[Entry]:
                                                    f"(known: {', '.join(catalog.assignments)})"]))
             continue
         want = catalog.notebooks[a]
-        if (sub / want).is_file():
-            out.append(Entry(sid, a, sub / want))
-        elif nbs:
-            pick = max(nbs, key=lambda p: (catalog.by_name(p.name)[0] == a, catalog.by_name(p.name)[1],
-                                           p.stat().st_mtime))
-            out.append(Entry(sid, a, pick, notes=[f"no {want} in the submission; graded {pick.name} instead"]))
+        nbs = [p for p in nbs if p.is_file()]
+        if nbs:
+            pick, notes = _pick(nbs, a, want, catalog)
+            out.append(Entry(sid, a, pick, notes=notes))
         else:
             out.append(Entry(sid, a, None, notes=[f"the notebook {want} is missing from the submission"]))
     for f in sorted(d.glob("*.ipynb")):  # a notebook dropped directly in the student's folder
@@ -353,10 +388,59 @@ def _student_folder(d: Path, catalog: Catalog) -> list[Entry]:
     return out
 
 
+WHY_NOT = {"unreadable": "not a readable notebook", "other": "no cells of {a}", "stub": "no answers written",
+           "older": "older or an earlier copy"}
+
+
+def _pick(nbs: list[Path], a: str, want: str, catalog: Catalog) -> tuple[Path, list[str]]:
+    """The notebook of an assignment folder to grade, and notes saying which and what was ignored.
+
+    By content first: a notebook with this assignment's nbgrader cells and work in its answer
+    cells, then one with the cells, then any readable notebook, then an unreadable file (empty, not
+    JSON); among equals by name (``want``, then ``want``'s resubmission names, highest ``-N``), then
+    the newest."""
+    seen = {p: catalog.content(p, a) for p in nbs}
+
+    def rank(p):
+        kind, work = seen[p]
+        a_, n = catalog.by_name(p.name)
+        return ({"unreadable": 0, "other": 1, "ours": 2}[kind], work > 0, p.name == want, a_ == a, n,
+                p.stat().st_mtime)
+
+    pick = max(nbs, key=rank)
+    kind, work = seen[pick]
+    notes = []
+    if pick.name != want:
+        what = {"ours": f"its cells are {a}'s" + ("" if work else ", no answer written"),
+                "other": f"it has no cells of {a}", "unreadable": "no readable notebook was handed in"}[kind]
+        head = (f"{want} is not a notebook of {a} with your answers" if (want in {p.name for p in nbs})
+                else f"no {want} in the submission")
+        notes.append(f"{head}; graded {pick.name} instead ({what})")
+    ignored = []
+    for p in sorted(nbs, key=lambda p: p.name):
+        if p == pick:
+            continue
+        k, w = seen[p]
+        why = ("unreadable" if k == "unreadable" else "other" if k == "other"
+               else "stub" if not w and work else "older")
+        ignored.append(f"{p.name} ({WHY_NOT[why].format(a=a)})")
+    if ignored:
+        notes.append(f"graded {pick.name}; not graded: {', '.join(ignored)}")
+    return pick, notes
+
+
 def _latest(entries: list[Entry]) -> list[Entry]:
-    """One entry per (student, assignment): the latest resubmission. The notes of an entry
-    without a file (a skipped or missing one) stay on the row that is kept."""
+    """One entry per (student, assignment): the latest resubmission that is a readable notebook
+    (an empty or unreadable later file never replaces one). The notes of an entry without a file
+    (a skipped or missing one) stay on the row that is kept."""
     best: dict = {}
+    seen: dict = {}
+
+    def readable(e: Entry) -> bool:
+        if e.path not in seen:
+            seen[e.path] = _cells(e.path) is not None
+        return seen[e.path]
+
     for e in entries:
         key = (e.student_id, e.assignment)
         if e.assignment == "(unknown)":
@@ -365,12 +449,15 @@ def _latest(entries: list[Entry]) -> list[Entry]:
         if cur is None:
             best[key] = e
             continue
-        if e.path is not None and (cur.path is None or e.rank > cur.rank):
-            if cur.path is not None:
-                e.notes.append(f"resubmitted: graded {e.path.name}, not the earlier {cur.path.name}")
+        if e.path is not None and (cur.path is None or (readable(e), e.rank) > (readable(cur), cur.rank)):
             keep, drop = e, cur
         else:
             keep, drop = cur, e
+        if keep.path is not None and drop.path is not None:
+            if keep.rank > drop.rank:
+                keep.notes.append(f"resubmitted: graded {keep.path.name}, not the earlier {drop.path.name}")
+            else:  # an empty or unreadable later file never replaces a readable notebook
+                keep.notes.append(f"graded {keep.path.name}: the later {drop.path.name} is not a readable notebook")
         if drop.path is None:
             keep.notes.extend(n for n in drop.notes if n not in keep.notes)
         best[key] = keep

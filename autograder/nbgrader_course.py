@@ -337,6 +337,58 @@ def review_comment(o) -> str | None:
             + "; ".join(reasons))
 
 
+def _sqlite_missing(url: str) -> bool:
+    """A sqlite gradebook URL whose file does not exist yet (reading it would create it)."""
+    return url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists()
+
+
+def annotate(outcomes, course: NbCourse, regraded=None) -> None:
+    """What the course's gradebook knows that the grader's own files should show, read before
+    anything is written there:
+
+    * ``student_name``, where the row has none: the gradebook's (``nbgrader db student import``);
+    * ``manual_kept`` of the rows this run regraded (``regraded``: their (student, assignment); all
+      when None): each test cell whose manual score (entered in the formgrader) the gradebook keeps
+      over the automatic score of this run (:func:`write` never overwrites it), as
+      ``{"cell", "manual", "auto", "id"}`` (``id``: the gradebook's grade row).
+    """
+    from course.release import venv_env
+
+    if _sqlite_missing(course.db_url):
+        return
+    os.environ["PATH"] = venv_env()["PATH"]  # nbgrader's Gradebook shells out to alembic
+    try:
+        _annotate(outcomes, course, regraded)
+    except Exception as e:  # noqa: BLE001 -- the grades are still written; write() reports the gradebook
+        import sys
+        print(f"warning: could not read names and manual grades from {course.db_url}: {type(e).__name__}: {e}",
+              file=sys.stderr)
+
+
+def _annotate(outcomes, course: NbCourse, regraded) -> None:
+    import warnings as pywarnings
+
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(course.db_url, course.course_id) as gb, pywarnings.catch_warnings():
+        pywarnings.simplefilter("ignore")
+        names = {st.id: " ".join(n for n in (st.first_name, st.last_name) if n) for st in gb.students}
+        for o in outcomes:
+            if not o.student_name and names.get(o.student_id):
+                o.student_name = names[o.student_id]
+            if regraded is not None and (o.student_id, o.assignment) not in regraded:
+                continue
+            if not o.notebook or not course.submission_dir(o.student_id, o.assignment).is_dir():
+                continue
+            auto = {t.grade_id: float(t.points) for t in o.tests}
+            try:
+                snb = gb.find_submission_notebook(Path(o.notebook).stem, o.assignment, o.student_id)
+            except MissingEntry:
+                continue
+            o.manual_kept = [{"cell": g.name, "manual": float(g.manual_score), "auto": auto[g.name], "id": g.id}
+                             for g in snb.grades if g.manual_score is not None and g.name in auto]
+
+
 def _timestamp(folder: Path, warn: list):
     """The submission's timestamp (naive UTC, as nbgrader stores it), or None."""
     from nbgrader.utils import parse_utc
@@ -406,7 +458,7 @@ def write(outcomes, course: NbCourse, root: Path, submissions: Path | None = Non
     """
     import nbformat
     import warnings as pywarnings
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.preprocessors import AssignLatePenalties
     from nbgrader.utils import compute_checksum
 
@@ -473,6 +525,12 @@ def write(outcomes, course: NbCourse, root: Path, submissions: Path | None = Non
 
             first, _, last = (o.student_name or "").partition(" ")
             names_known = {"first_name": first, "last_name": last or None} if first else {}
+            try:  # names the gradebook has (a roster import, the formgrader) stay as they are
+                known = gb.find_student(o.student_id)
+                if known.first_name or known.last_name:
+                    names_known = {}
+            except MissingEntry:
+                pass
             gb.update_or_create_student(o.student_id, **names_known)
             sub = gb.update_or_create_submission(a, o.student_id)
             sub.timestamp = ts

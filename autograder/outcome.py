@@ -50,3 +50,8 @@ class Outcome:
     #: reasons for a person to look at this submission (autograder.scan.review), each with its cell
     #: and line; a flag costs no point
     review: list = field(default_factory=list)
+    handed_in: str = ""  # the file the student handed in that was graded (the notebook column)
+    other_assignment: str = ""  # the assignment whose notebook was handed in, when not this one's
+    #: manual scores in the course gradebook that this run's auto scores did not replace
+    #: (autograder.nbgrader_course.kept_manual): {"cell", "manual", "auto"} each
+    manual_kept: list = field(default_factory=list)

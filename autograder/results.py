@@ -53,10 +53,43 @@ def write_csv(outcomes, path: Path) -> None:
     w.writerow(CSV_COLUMNS)
     for o in outcomes:
         w.writerow([text_cell(o.student_id), text_cell(o.assignment), f"{o.score:g}", f"{o.max_score:g}",
-                    text_cell(o.status), text_cell(o.message), text_cell(o.student_name), text_cell(o.notebook),
-                    sum(bool(t.passed) for t in o.tests), len(o.tests), text_cell("; ".join(o.review or [])),
+                    text_cell(o.status), text_cell(o.message), text_cell(o.student_name), text_cell(o.handed_in or o.notebook),
+                    sum(bool(t.passed) for t in o.tests), len(o.tests), text_cell("; ".join(review_column(o))),
                     "yes" if is_late(o) else ""])
     _write_atomic(path, buf.getvalue())
+
+
+def kept_manual_text(o) -> list[str]:
+    """Each manual score the course gradebook kept over this run's automatic one, as a sentence."""
+    return [f"manual grade kept: {m['cell']} {m['manual']:g} in the gradebook (the grader now gives "
+            f"{m['auto']:g}; nbgrader export and the feedback use the manual one)"
+            for m in getattr(o, "manual_kept", None) or []]
+
+
+def print_kept_manual(outcomes, db_url: str, file=None) -> None:
+    """Tell the instructor, on stderr, each manual score the course gradebook keeps over a new
+    automatic one, and how to let the automatic score count."""
+    import sys
+
+    kept = [(o, m) for o in outcomes for m in getattr(o, "manual_kept", None) or []]
+    if not kept:
+        return
+    file = file or sys.stderr
+    print(f"note: the course gradebook ({db_url}) keeps {len(kept)} manual grade{'s' if len(kept) != 1 else ''} "
+          "entered in the formgrader; nbgrader export and the feedback use them, grades.csv has the automatic "
+          "scores:", file=file)
+    for o, m in kept:
+        print(f"  {o.student_id} / {o.assignment} / {m['cell']}: manual {m['manual']:g}, automatic now "
+              f"{m['auto']:g}", file=file)
+    print("  to let the automatic score count, clear the manual score in the formgrader (Manual Grading: empty "
+          "the cell's score box; edit its comment too), or in the gradebook: UPDATE grade SET manual_score = NULL "
+          "WHERE id = '<id>' (the ids are in results.json, manual_kept); see report.html, Manual grades kept",
+          file=file)
+
+
+def review_column(o) -> list[str]:
+    """The ``review`` column: the grader's flags, then the manual grades kept over its scores."""
+    return list(o.review or []) + kept_manual_text(o)
 
 
 def is_late(o) -> bool:

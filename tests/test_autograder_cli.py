@@ -86,7 +86,9 @@ def graded(tmp_path_factory):
     _put(cls / f"deeduck_LATE_4242_777_{release_dict(A)[0]}", release_dict(A)[1])
     first = _grade(str(cls), "--out", str(out), "--assignment", A)
     got = {"first": first, "rows": _rows(out) if first.returncode == 0 else {},
-           "header": (out / "grades.csv").read_text().splitlines()[0] if first.returncode == 0 else ""}
+           "header": (out / "grades.csv").read_text().splitlines()[0] if first.returncode == 0 else "",
+           "report": (out / "report.html").read_text() if first.returncode == 0 else ""}
+    got["again"] = _grade(str(cls), "--out", str(out), "--assignment", A, "--no-progress")  # a plain regrade
     other = tmp / "other"
     _put(other / "zed" / A / release_dict(A)[0], release_dict(A)[1])
     got["before"] = (out / "grades.csv").read_text() if first.returncode == 0 else ""
@@ -138,3 +140,55 @@ def test_another_class_is_refused_and_fresh_starts_over(graded):
     out = graded["out"]
     assert not (out / "feedback" / "ann").exists() and (out / "feedback" / "zed").is_dir()
     assert [o["student_id"] for o in json.loads((out / "results.json").read_text())] == ["zed"]
+
+
+def test_no_command_says_which_to_give():
+    proc = subprocess.run([sys.executable, "-m", "autograder"], capture_output=True, text=True,
+                          env=dict(venv_env(), PYTHONPATH=str(ROOT)), cwd=ROOT, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "give a command: grade (python -m autograder grade --help)" in proc.stderr, proc.stderr
+    assert "required: cmd" not in proc.stderr
+
+
+def test_a_course_run_that_stops_on_an_error_prints_the_error_alone(tmp_path):
+    """An unknown --assignment and a refused --out are told before the 'grading the nbgrader course' line."""
+    course = tmp_path / "course"
+    shutil.copy(ROOT / "nbgrader_config.py", (course / "submitted" / "ann" / A).mkdir(parents=True) or course)
+    _put(course / "submitted" / "ann" / A / release_dict(A)[0], release_dict(A)[1])
+    proc = _grade("--out", str(tmp_path / "out"), "--no-progress", "--assignment", "99_nope", cwd=course)
+    assert proc.returncode == 2 and "99_nope" in proc.stderr, proc.stderr
+    assert "grading the nbgrader course" not in proc.stderr, proc.stderr
+    other = tmp_path / "other"
+    _put(other / "zed" / A / release_dict(A)[0], release_dict(A)[1])
+    assert _grade(str(other), "--out", str(tmp_path / "out"), "--no-progress").returncode == 0
+    proc = _grade("--out", str(tmp_path / "out"), "--no-progress", cwd=course)  # ann is another class
+    assert proc.returncode == 2 and "another class" in proc.stderr, proc.stderr
+    assert "grading the nbgrader course" not in proc.stderr, proc.stderr
+
+
+def test_a_plain_regrade_says_nothing_was_kept_or_lost(graded):
+    again = graded["again"]
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "kept 0" not in again.stderr and "earlier rows" not in again.stderr, again.stderr
+
+
+def test_grades_csv_names_the_file_handed_in(graded):
+    assert graded["rows"][("bob", A)]["notebook"] == release_dict(BW)[0]
+    assert graded["rows"][("ann", A)]["notebook"] == release_dict(A)[0]
+    assert graded["rows"][("4242", A)]["notebook"] == release_dict(A)[0]  # Canvas's prefix is not the student's
+
+
+def test_report_lists_wrong_notebooks_and_counts_a_mistake_once_per_notebook(graded):
+    import html as html_
+    import re
+
+    report = html_.unescape(re.sub(r"<[^>]+>", " ", graded["report"]))
+    assert "1 assignment," in report and "1 assignments" not in report
+    review = report[report.index("Needs review"):report.index("At a glance")]
+    assert f"handed in {BW}'s notebook ({release_dict(BW)[0]}) for {A}" in review, review
+    assert f"handed in {RES}'s notebook" in review, review
+    glance = report[report.index("At a glance"):report.index("Most common mistakes")]
+    assert "another assignment's notebook: 2" in glance, glance
+    mistakes = graded["report"][graded["report"].index("Most common mistakes"):]
+    counts = [int(c) for c in re.findall(r"<tr><td>(\d+)</td>", mistakes.split("</table>")[0])]
+    assert counts and max(counts) <= 4, counts  # 4 notebooks graded: no message counted per test

@@ -220,3 +220,72 @@ def test_single_notebook_takes_its_stem_as_student_id_and_is_matched_by_name_or_
     assert (e.student_id, e.assignment) == ("my homework", A) and "recognised by its cells" in e.notes[0]
     [e] = discover(tmp_path / "notes.ipynb", CAT, tmp_path / "s")
     assert (e.student_id, e.assignment, e.path) == ("notes", "(unknown)", None)
+
+
+# --- 3. several notebooks in one assignment folder ------------------------------------------------
+
+def _folder_class(root: Path) -> Path:
+    """ann: the solution as layernorm-Copy1.ipynb, a newer cell-less Untitled.ipynb and a newer
+    0-byte empty.ipynb; bob: a 0-byte empty.ipynb next to an older copy of the release;
+    cat: the release as layernorm.ipynb and her answers in a copy."""
+    import os
+    import time
+
+    def put(rel: str, data: bytes, age: float) -> None:
+        f = root / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(data)
+        t = time.time() - age
+        os.utime(f, (t, t))
+
+    put(f"ann/{A}/layernorm-Copy1.ipynb", SOLVED, 300)
+    put(f"ann/{A}/Untitled.ipynb", b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}', 200)
+    put(f"ann/{A}/empty.ipynb", b"", 100)
+    put(f"bob/{A}/layernorm (1).ipynb", STUB, 300)
+    put(f"bob/{A}/empty.ipynb", b"", 100)
+    put(f"cat/{A}/{NAME}", STUB, 100)
+    put(f"cat/{A}/layernorm-Copy1.ipynb", SOLVED, 300)
+    return root
+
+
+def test_a_folder_of_several_notebooks_grades_the_one_holding_this_assignments_answers(tmp_path):
+    """Content first (the assignment's cells, with answers), then the name, then the time: a newer
+    cell-less or empty file never beats the student's work, and the notes name what was ignored."""
+    e = _by(discover(_folder_class(tmp_path / "class"), CAT, tmp_path / "s"))
+    ann, bob, cat = e[("ann", A)], e[("bob", A)], e[("cat", A)]
+    assert ann.path.name == "layernorm-Copy1.ipynb", ann.notes
+    assert any("graded layernorm-Copy1.ipynb instead" in n for n in ann.notes), ann.notes
+    assert any("not graded: Untitled.ipynb (no cells of 01_layernorm), empty.ipynb (not a readable notebook)"
+               in n for n in ann.notes), ann.notes
+    assert bob.path.name == "layernorm (1).ipynb", bob.notes
+    assert any("empty.ipynb (not a readable notebook)" in n for n in bob.notes), bob.notes
+    assert cat.path.name == "layernorm-Copy1.ipynb", cat.notes
+    assert any(f"not graded: {NAME} (no answers written)" in n for n in cat.notes), cat.notes
+
+
+def test_grades_csv_says_which_file_was_graded_and_which_were_not(tmp_path):
+    proc, rows = _grade(_folder_class(tmp_path / "class"), tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    by = {r["student_id"]: r for r in rows}
+    assert (by["ann"]["status"], by["ann"]["score"], by["ann"]["max_score"]) == ("graded", "15", "15"), by["ann"]
+    assert by["cat"]["score"] == "15", by["cat"]
+    for s in ("ann", "bob"):
+        assert "empty.ipynb (not a readable notebook)" in by[s]["message"], by[s]
+    assert "graded layernorm-Copy1.ipynb" in by["ann"]["message"] and "Untitled.ipynb" in by["ann"]["message"]
+    assert by["bob"]["status"] == "graded" and "graded layernorm (1).ipynb" in by["bob"]["message"], by["bob"]
+
+
+def test_an_empty_later_lms_resubmission_never_replaces_a_readable_one(tmp_path):
+    """Canvas: -1 is the solution, -2 (later) a 0-byte upload: -1 is graded, and the row says why;
+    a readable later resubmission still wins."""
+    z = _zip(tmp_path / "canvas.zip", {
+        "ann_11_1_layernorm-1.ipynb": SOLVED,
+        "ann_11_2_layernorm-2.ipynb": b"",
+        "bob_22_3_layernorm-1.ipynb": SOLVED,
+        "bob_22_4_layernorm-2.ipynb": STUB,
+    })
+    e = _by(discover(z, CAT, tmp_path / "s"))
+    assert e[("11", A)].path.name == "ann_11_1_layernorm-1.ipynb", e[("11", A)].notes
+    assert any("the later ann_11_2_layernorm-2.ipynb is not a readable notebook" in n for n in e[("11", A)].notes)
+    assert e[("22", A)].path.name == "bob_22_4_layernorm-2.ipynb"
+    assert any(n.startswith("resubmitted: graded bob_22_4") for n in e[("22", A)].notes), e[("22", A)].notes

@@ -87,7 +87,7 @@ def test_second_run_into_the_same_out_keeps_the_first_runs_students(runs):
     report = runs[2]["report"]
     assert "2 students, 2 assignments, 4 rows" in report
     assert f"feedback/ann/{A}/" in report and f"feedback/bob/{A}/" in report
-    assert "kept 1 of 1 earlier rows" in runs[2]["stderr"], runs[2]["stderr"][-2000:]
+    assert "regraded 3 rows, kept 1 row of earlier runs" in runs[2]["stderr"], runs[2]["stderr"][-2000:]
 
 
 def test_regrade_replaces_that_students_row_and_keeps_the_others(runs):
@@ -97,7 +97,7 @@ def test_regrade_replaces_that_students_row_and_keeps_the_others(runs):
     for k in [("ann", R), ("bob", A), ("bob", R)]:
         assert after[k] == before[k]
     assert len(runs[3]["json"]) == 4
-    assert "kept 3 of 4 earlier rows" in runs[3]["stderr"], runs[3]["stderr"][-2000:]
+    assert "regraded 1 row, kept 3 rows of earlier runs" in runs[3]["stderr"], runs[3]["stderr"][-2000:]
 
 
 def test_gradebook_keeps_an_earlier_submission_a_later_download_lacks(runs):

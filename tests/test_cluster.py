@@ -310,6 +310,13 @@ def test_a_malformed_result_is_never_a_grade():
     broken(lambda o: o.update(extra=1))
     broken(lambda o: o["tests"][0].update(grade_id="something_else"))
     broken(lambda o: o.update(timings={"run": "slow"}))
+    broken(lambda o: o.update(other_assignment="<b>99_nope</b>"))  # not an assignment of the course
+    broken(lambda o: o.update(other_assignment=A))  # its own assignment is not another's
+    e2 = Entry("ann", A, ROOT / "exercises" / A / "layernorm.ipynb")
+    res = copy.deepcopy(good)
+    res["outcome"].update(handed_in="submission.ipynb", manual_kept=[{"cell": "x", "manual": 9, "auto": 0}])
+    o = cl.outcome_from(res, e2, course)  # the file's name is the client's; kept manual grades are read here
+    assert (o.handed_in, o.manual_kept) == ("layernorm.ipynb", [])
     with pytest.raises(cl.BadResult):
         cl.outcome_from({"outcome": good["outcome"]}, e, course)
 

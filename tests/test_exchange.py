@@ -32,11 +32,12 @@ from pathlib import Path
 
 import pytest
 
-from tools.fixture_class import solved_dict
+from tools.fixture_class import release_dict, solved_dict
 from course.release import ROOT, scratch_course, venv_env
 
 pytestmark = pytest.mark.autograder
 A, NB, COURSE_ID = "01_layernorm", "layernorm", "resnorm"
+BW, BW_NB = "05_backward", "backward.ipynb"
 HIDDEN = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", 'run("layernorm_tuple_shape"', 'run("layernorm_hard_rows"',
           'run("layernorm_gradients"', 'run("layernorm_shift_scale_invariance"')
 
@@ -64,7 +65,7 @@ def path(tmp_path_factory):
         assert proc.returncode == 0, "\n".join(log[-3:])
         return proc
 
-    students = {"alice": tmp / "home-alice", "bob": tmp / "home-bob"}
+    students = {"alice": tmp / "home-alice", "bob": tmp / "home-bob", "carol": tmp / "home-carol"}
     # Each student's own submission cache (Exchange.cache, by default in the user's Jupyter data
     # folder): fetch_feedback finds the feedback of the submissions listed there.
     own = {s: f"--Exchange.cache={home / '.nbgrader-cache'}" for s, home in students.items()}
@@ -79,6 +80,9 @@ def path(tmp_path_factory):
         assert fetched.read_bytes() == (course / "exercises" / A / f"{NB}.ipynb").read_bytes()
         if s == "alice":
             fetched.write_text(json.dumps(solved_dict(A)))
+        if s == "carol":  # exercise 05's notebook handed in for 01_layernorm, under its own name
+            fetched.unlink()
+            (home / A / BW_NB).write_text(json.dumps(release_dict(BW)[1]))
         nbgrader("submit", A, f"--course={COURSE_ID}", f"--student={s}", own[s], cwd=home)
     # Instructor: collect, then grade the course's submitted/ folder with the course grader.
     nbgrader("collect", A, "--CollectApp.check_owner=False", cwd=course)
@@ -89,11 +93,11 @@ def path(tmp_path_factory):
     # Feedback: generated from the autograded notebooks, released, fetched by each student.
     nbgrader("generate_feedback", A, cwd=course)
     nbgrader("release_feedback", A, cwd=course)
-    for s, home in students.items():
-        nbgrader("fetch_feedback", A, f"--course={COURSE_ID}", f"--student={s}", own[s], cwd=home)
+    fetched = {s: nbgrader("fetch_feedback", A, f"--course={COURSE_ID}", f"--student={s}", own[s], cwd=home)
+               for s, home in students.items()}
     nbgrader("export", "--to=export.csv", cwd=course)
     return {"course": course, "exchange": exchange, "students": students, "grade": grade, "log": log,
-            "tmp": tmp}
+            "tmp": tmp, "fetched": fetched}
 
 
 def max_score() -> float:
@@ -105,7 +109,7 @@ def test_exchange_moves_each_submission_into_submitted(path):
     course, exchange = path["course"], path["exchange"]
     assert (exchange / COURSE_ID / "outbound" / A / f"{NB}.ipynb").is_file()
     inbound = sorted(p.name.split("+")[0] for p in (exchange / COURSE_ID / "inbound").iterdir())
-    assert inbound == ["alice", "bob"]
+    assert inbound == ["alice", "bob", "carol"]
     for s in ("alice", "bob"):
         d = course / "submitted" / s / A
         assert (d / f"{NB}.ipynb").is_file() and (d / "timestamp.txt").is_file()
@@ -126,16 +130,16 @@ def test_formgrader_data_after_the_exchange(path):
     api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)
     full = max_score()
     subs = {s["student"]: s for s in api.get_submissions(A)}
-    assert sorted(subs) == ["alice", "bob"]
+    assert sorted(subs) == ["alice", "bob", "carol"]
     for s, score in (("alice", full), ("bob", 0.0)):
         sub = subs[s]
         assert sub["autograded"] and sub["submitted"] and not sub["needs_manual_grade"], sub
         assert (sub["score"], sub["max_score"]) == (score, full), sub
         stamp = parse_utc((course / "submitted" / s / A / "timestamp.txt").read_text().strip())
         assert sub["timestamp"] == stamp.isoformat()  # the time `nbgrader submit` recorded
-    assert {n["student"] for n in api.get_notebook_submissions(A, NB)} == {"alice", "bob"}
+    assert {n["student"] for n in api.get_notebook_submissions(A, NB)} == {"alice", "bob", "carol"}
     assignment = api.get_assignment(A)
-    assert assignment["num_submissions"] == 2 and assignment["releaseable"] is not None
+    assert assignment["num_submissions"] == 3 and assignment["releaseable"] is not None
     rows = {r["student_id"]: r for r in csv.DictReader(open(course / "export.csv"))}
     assert float(rows["alice"]["score"]) == full and float(rows["bob"]["score"]) == 0.0
 
@@ -152,3 +156,21 @@ def test_students_fetch_feedback_with_their_scores_and_no_hidden_tests(path):
             assert h not in page and h not in shown, (s, h)
         # each student gets their own: the feedback is keyed by the submission's secret
         assert ("passed layernorm_matches_torch" in shown) == (s == "alice")
+
+
+def test_feedback_reaches_a_student_who_handed_in_a_notebook_under_another_name(path):
+    """carol handed in backward.ipynb for 01_layernorm: the grader grades it (and says whose notebook it
+    is), nbgrader's pages keep the release's name, and release_feedback also files the page under the
+    name she handed in, which is the name her fetch_feedback looks for."""
+    fetched = path["fetched"]["carol"]
+    assert "Could not find feedback" not in fetched.stderr, fetched.stderr
+    pages = list((path["students"]["carol"] / A / "feedback").rglob("*.html"))
+    assert [p.name for p in pages] == ["backward.html"], pages
+    shown = _visible(pages[0].read_text())
+    assert f"(Score: 0.0 / {max_score():.1f})" in shown
+    assert f"this is {BW}'s notebook" in shown, shown[:3000]
+    for h in HIDDEN:
+        assert h not in shown
+    for s in ("alice", "bob"):  # the others get their own page, once, under the release's name
+        assert "Could not find feedback" not in path["fetched"][s].stderr
+        assert [p.name for p in (path["students"][s] / A / "feedback").rglob("*.html")] == [f"{NB}.html"]

@@ -412,7 +412,8 @@ def test_regrading_keeps_manual_grades_and_takes_a_resubmission(graded):
     later = "2025-03-02 08:00:00.000000 UTC"
     hand_in(course, "bob", solved_dict(A), later)  # bob hands in again, solved
     assert api.get_autograded_students(A) == {"alice"}  # the formgrader sees bob's is not graded yet
-    grade(course / "submitted", graded["tmp"] / "out2")
+    nbgrader("db", "student", "add", "alice", "--first-name=Alice", "--last-name=Liddell", cwd=course)
+    proc = grade(course / "submitted", graded["tmp"] / "out2")
     full = max_score()
     subs = {s["student"]: s for s in api.get_submissions(A)}
     assert sorted(subs) == ["alice", "bob"] and all(s["autograded"] for s in subs.values())
@@ -428,6 +429,21 @@ def test_regrading_keeps_manual_grades_and_takes_a_resubmission(graded):
         assert {g.name: g.auto_score for g in bob.grades} == {g.name: g.max_score for g in bob.grades}
         assert {c.name: c.auto_comment for c in bob.comments} == {"layernorm_impl": None}
     assert (course / "autograded" / "bob" / A / "timestamp.txt").read_text() == later
+    # The kept manual grade is told, not silent: console, grades.csv's review column, report.html.
+    assert f"alice / {A} / layernorm_benchmark: manual 1, automatic now 2" in proc.stderr, proc.stderr[-3000:]
+    assert "formgrader" in proc.stderr and "manual_score = NULL" in proc.stderr
+    rows = {r["student_id"]: r for r in csv.DictReader(open(graded["tmp"] / "out2" / "grades.csv", newline=""))}
+    assert "manual grade kept: layernorm_benchmark 1" in rows["alice"]["review"], rows["alice"]
+    # bob has a manual grade only when the browser test gave him one (layernorm_parameters): it is listed too
+    assert "layernorm_benchmark" not in rows["bob"]["review"], rows["bob"]
+    report = (graded["tmp"] / "out2" / "report.html").read_text()
+    kept = report[report.index("Manual grades kept"):report.index("At a glance")]
+    assert "alice" in kept and "layernorm_benchmark" in kept, kept
+    # Names come from the course's gradebook (nbgrader db student add / import), and stay there.
+    assert rows["alice"]["student_name"] == "Alice Liddell" and rows["bob"]["student_name"] == ""
+    with Gradebook(api.coursedir.db_url) as gb:
+        st = gb.find_student("alice")
+        assert (st.first_name, st.last_name) == ("Alice", "Liddell")
 
 
 def test_plain_folders_keep_their_own_gradebook_and_no_course_opts_out(tmp_path, graded):
