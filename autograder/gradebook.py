@@ -70,6 +70,7 @@ def write(outcomes, db: Path, root: Path = ROOT) -> None:
             sub = gb.add_submission(o.assignment, o.student_id, timestamp=now)
             scores = {t.grade_id: t.points for t in o.tests}
             for nb in sub.notebooks:
+                nb.flagged = bool(o.review)  # a row that needs review: the formgrader's flag icon
                 for g in nb.grades:
                     if g.name in scores:
                         g.auto_score = float(scores[g.name])

@@ -550,6 +550,8 @@ def write(outcomes, course: NbCourse, root: Path, submissions: Path | None = Non
                         g.auto_score = 0.0 if not handed_in else None
                     g.needs_manual_grade = g.manual_score is not None or g.auto_score is None
                 flagged = review_comment(o) if snb.name == stem else None
+                if flagged:  # the formgrader's flag icon; never cleared here (a person may have set it)
+                    snb.flagged = True
                 for cm in sorted(snb.comments, key=lambda cm: order.get(cm.name, len(order))):
                     c = answers.get(cm.name) if snb.name == stem else None
                     unchanged = (c is None or compute_checksum(c) == c.metadata.nbgrader.get("checksum"))

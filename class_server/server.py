@@ -139,6 +139,8 @@ def as_user(user: str, argv: list[str], class_dir: Path, cwd: Path | None = None
     env = ["HOME=" + pw.pw_dir, "USER=" + user, "LOGNAME=" + user, "LANG=C.UTF-8", "OMP_NUM_THREADS=1",
            "PATH=" + os.pathsep.join([str(Path(cfg["venv"]) / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
            "JUPYTER_CONFIG_PATH=" + str(Path(cfg["etc"]) / role)]
+    if role == "instructor":  # the course's code, which its nbgrader_config.py names (as the hub does)
+        env.append("PYTHONPATH=" + cfg["course"])
     cmd = ["runuser", "-u", user, "--", "env", "-i", *env]
     if cwd is not None:
         cmd += ["sh", "-c", 'cd "$0" && exec "$@"', str(cwd)]

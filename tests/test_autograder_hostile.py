@@ -261,6 +261,19 @@ def test_code_that_reaches_into_the_grading_machinery_is_flagged_with_its_lines(
     assert graded["rows"]["solution"]["review"] == ""
 
 
+def test_rows_that_need_review_are_flagged_in_the_gradebook(graded):
+    """The formgrader shows nbgrader's flag on every notebook whose row has a review reason, and
+    on no other."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{graded['out'] / 'gradebook.db'}") as gb:
+        for sid, row in graded["rows"].items():
+            if row["assignment"] == ASSIGNMENT and row["status"] not in ("missing", "unknown-assignment"):
+                nb = gb.find_submission_notebook("layernorm", ASSIGNMENT, sid)
+                assert nb.flagged is bool(row["review"]), (sid, row["review"])
+    assert graded["rows"]["hostile-swap_probe_for_judges_answer"]["review"]
+
+
 def test_ipython_magics_at_the_top_of_an_answer_are_honest(graded):
     row = graded["rows"]["hostile-matplotlib_magic_honest"]
     assert float(row["score"]) == float(graded["rows"]["solution"]["score"]), row
