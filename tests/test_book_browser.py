@@ -10,23 +10,18 @@ from __future__ import annotations
 import functools
 import http.server
 import re
-import shutil
 import threading
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
 
 import pytest
+from browser import chrome
 
 pytestmark = pytest.mark.book
 
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
 ARTIFACTS = ROOT / "_build" / "artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,2000"]
 SKIP_PAGES = {"genindex.html", "search.html"}
 
 
@@ -61,19 +56,7 @@ def site():
 
 @pytest.fixture(scope="session")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
-        pytest.fail("chromium and chromedriver are needed (Debian: apt-get install chromium "
-                    "chromium-driver, or `make system`)", pytrace=False)
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in FLAGS:
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(60)
-    driver.set_script_timeout(60)
+    driver = chrome(width=1280, height=2000)
     yield driver
     driver.quit()
 

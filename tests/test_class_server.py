@@ -29,7 +29,6 @@ import json
 import os
 import pwd
 import secrets
-import shutil
 import stat
 import subprocess
 import sys
@@ -37,6 +36,7 @@ import time
 from pathlib import Path
 
 import pytest
+from browser import chrome
 
 from course.release import venv_env
 from tools.fixture_class import solved_dict
@@ -44,8 +44,6 @@ from tools.fixture_class import solved_dict
 ROOT = Path(__file__).resolve().parent.parent
 ART = ROOT / "_build" / "artifacts" / "hub"
 A, NB = "01_layernorm", "layernorm"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 BUDGET = 420  # seconds for the whole class (3 to 4 minutes measured on 2 busy cores); every wait is bounded by what is left
 
 
@@ -58,18 +56,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def driver():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
-        pytest.fail("chromium and chromedriver are needed (`make system`)", pytrace=False)
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1400,900"]:
-        opts.add_argument(flag)
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    d.set_page_load_timeout(120)
+    d = chrome(width=1400, height=900, page_load_timeout=120)
     try:
         yield d
     finally:

@@ -29,6 +29,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from browser import chrome
 
 from tools.fixture_class import release_dict, solved_dict
 from course.release import ROOT, scratch_course, venv_env
@@ -37,8 +38,6 @@ pytestmark = pytest.mark.autograder
 A, NB = "01_layernorm", "layernorm"
 STAMPS = {"alice": "2025-03-01 09:00:00.000000 UTC", "bob": "2025-03-01 10:30:00.000000 UTC"}
 ARTIFACTS = ROOT / "_build" / "artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 HIDDEN = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", 'run("layernorm_tuple_shape"', 'run("layernorm_hard_rows"',
           'run("layernorm_gradients"', 'run("layernorm_shift_scale_invariance"')
 
@@ -322,19 +321,7 @@ def formgrader(graded):
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
-        pytest.fail("chromium and chromedriver are needed (Debian: apt-get install chromium "
-                    "chromium-driver, or `make system`)", pytrace=False)
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1280,900"]:
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(60)
+    driver = chrome(width=1280, height=900)
     try:
         yield driver
     finally:
