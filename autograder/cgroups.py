@@ -124,6 +124,10 @@ def _write(path: Path, value: str) -> None:
         os.close(fd)
 
 
+#: v1 only: TCP buffer memory a submission's sockets may hold together (its sandbox has loopback only)
+TCP_MB = 64
+
+
 def default_memory_mb(jobs: int = 1) -> int:
     """Memory per submission when ``--memory`` is not given: :data:`MACHINE_SHARE` of the machine's
     (or the grader's own cgroup's, if lower) memory, split between the ``jobs`` slots; at least 1 GiB."""
@@ -289,6 +293,11 @@ def create(memory_mb: int, nproc: int, cpus: float) -> Group:
             _write(mdir / "memory.limit_in_bytes", str(mem))
             if (mdir / "memory.memsw.limit_in_bytes").exists():
                 _write(mdir / "memory.memsw.limit_in_bytes", str(mem))
+            # v1 charges TCP socket buffers to a group only once this is set: without it a
+            # submission's loopback sockets could hold gigabytes outside its limit and push every
+            # TCP socket on the host into tcp_mem's hard limit (v2 charges them to memory.max)
+            if (mdir / "memory.kmem.tcp.limit_in_bytes").exists():
+                _write(mdir / "memory.kmem.tcp.limit_in_bytes", str(min(mem, TCP_MB << 20)))
             _write(pdir / "pids.max", str(nproc))
             _write(cdir / "cpu.cfs_period_us", str(CPU_PERIOD_US))
             _write(cdir / "cpu.cfs_quota_us", str(quota))

@@ -155,6 +155,13 @@ if __INSIDE__:
     out["personality_read_implies_exec"] = call(135, 0x0400000)
     out["socket_vsock"] = call(41, 40, 1)
     out["pid1_seccomp"] = open("/proc/1/status").read().split("Seccomp:")[1].split()[0]
+    out["unreviewed"] = [call(nr) for nr in (470, 471, 511)]  # newer than the filter's list
+    out["cgroup_paths"] = sorted({l.split(":", 2)[2] for l in open("/proc/self/cgroup").read().split()})
+    try:
+        open("/proc/1/mem", "rb").close()
+        out["init_mem"] = "open"
+    except OSError as e:
+        out["init_mem"] = e.errno
 print("RESULT " + json.dumps(out))
 '''
 EPERM, ENOSYS = 1, 38
@@ -178,6 +185,7 @@ def _check_inside(r: dict) -> None:
     assert r["clone3"] == ENOSYS  # as Docker: libc falls back to clone, whose flags the filter reads
     assert r["personality_query"] == 0 and r["personality_read_implies_exec"] == EPERM
     assert r["socket_vsock"] == EPERM
+    assert r["unreviewed"] == [ENOSYS] * 3  # a call added to the kernel later is not open
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +239,8 @@ def test_each_denied_syscall_is_eperm_in_a_slots_child_and_its_init():
         r = _report(res.output)
         _check_inside(r)
         assert r["pid1_seccomp"] == "2"
+        assert r["cgroup_paths"] == ["/"], r["cgroup_paths"]  # its own cgroup namespace: no grader's path
+        assert r["init_mem"] != "open"  # init is not dumpable: its memory is not the student's to write
         zygote = [p for p in os.listdir("/proc") if p.isdigit() and "zygote.py" in _cmdline(p)
                   and f"{s.proc.pid}" in _ancestors(p)]
         assert zygote and all(_field(p, "Seccomp") == "2" for p in zygote)
@@ -304,7 +314,8 @@ def test_a_one_off_sandbox_is_in_its_own_group_with_the_limits():
                 break
             time.sleep(0.02)
         for g in groups:
-            for f in ("memory.limit_in_bytes", "pids.max", "cpu.cfs_quota_us", "memory.max", "cpu.max"):
+            for f in ("memory.limit_in_bytes", "pids.max", "cpu.cfs_quota_us", "memory.max", "cpu.max",
+                      "memory.kmem.tcp.limit_in_bytes"):
                 if Path(g, f).exists():
                     seen[f] = Path(g, f).read_text().split()[0]
             seen.setdefault("procs", []).extend(Path(g, "cgroup.procs").read_text().split())
@@ -315,6 +326,8 @@ def test_a_one_off_sandbox_is_in_its_own_group_with_the_limits():
     if cgroups.version() == 1:
         assert seen["memory.limit_in_bytes"] == str(1500 << 20) and seen["pids.max"] == str(30 + cgroups.PIDS_EXTRA)
         assert seen["cpu.cfs_quota_us"] == str(cgroups.CPU_PERIOD_US)
+        if "memory.kmem.tcp.limit_in_bytes" in seen:  # v1 charges TCP buffers only once it is set
+            assert seen["memory.kmem.tcp.limit_in_bytes"] == str(cgroups.TCP_MB << 20)
     else:
         assert seen["memory.max"] == str(1500 << 20) and seen["cpu.max"] == str(cgroups.CPU_PERIOD_US)
     assert _leftover_groups() == []
@@ -375,3 +388,35 @@ def test_groups_left_by_a_killed_grader_are_removed_by_the_next(monkeypatch):
         for d in (stale, mine):
             if d.exists():
                 d.rmdir()
+
+
+TCP_FILL = r'''
+import socket
+pairs, queued = [], 0
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(64)
+for _ in range(60):  # loopback pairs whose receiver never reads
+    a = socket.create_connection(srv.getsockname()); b, _ = srv.accept()
+    a.setblocking(False); pairs.append((a, b))
+chunk = b"x" * (1 << 20)
+for a, _ in pairs:
+    while True:
+        try:
+            queued += a.send(chunk)
+        except OSError:  # EAGAIN when the buffers are full, ENOBUFS when the group's TCP memory is
+            break
+print("RESULT", queued >> 20)
+'''
+
+
+@needs_cgroups
+def test_tcp_buffers_count_against_the_submission_not_the_host():
+    """Sixty loopback connections whose receivers never read: without a TCP limit on its group
+    (cgroup v1 charges socket buffers only then) they would queue hundreds of MB outside the
+    submission's memory and press on the host's tcp_mem; with it they stop near TCP_MB."""
+    if cgroups.version() != 1:
+        pytest.skip("cgroup v2 charges socket buffers to memory.max")
+    res = run_sandboxed(["python", "-c", TCP_FILL], limits=Limits(wall_s=60))
+    line = next(l for l in res.output.splitlines() if l.startswith("RESULT"))
+    queued = int(line.split()[1])
+    print(f"MB queued on 60 loopback connections: {queued}")
+    assert queued <= 2 * cgroups.TCP_MB, res.output

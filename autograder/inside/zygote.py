@@ -56,6 +56,7 @@ import time
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWCGROUP = 0x02000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
@@ -160,8 +161,10 @@ def _enter(tmp_mb: int, cpu_s: int, status_w: int, keep: tuple, seccomp: bytes |
     with its status, which it gets only once every process of the namespace is gone."""
     uid, gid = os.getuid(), os.getgid()
     libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the zygote is not; this child must write its own maps
-    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
-           "unshare")
+    # a cgroup namespace too: the child joined its submission's group in step 0, so inside, that group
+    # is the root ("/" in /proc/self/cgroup, as in a one-off sandbox), not the grader's path
+    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+                        | CLONE_NEWCGROUP), "unshare")
     with open("/proc/self/setgroups", "w") as f:
         f.write("deny")
     with open("/proc/self/uid_map", "w") as f:
@@ -201,6 +204,7 @@ def _enter(tmp_mb: int, cpu_s: int, status_w: int, keep: tuple, seccomp: bytes |
     # exits with the harness's status; the harness runs as pid 2, where signals behave as usual
     harness_pid = _fork()
     if harness_pid:
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the student's code may not read or write init's memory
         for fd in keep:
             os.close(fd)
         while True:
