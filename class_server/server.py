@@ -484,7 +484,8 @@ def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, g
             down(class_dir)
             raise ClassError(f"jupyterhub did not answer on {url} within {wait:.0f} s; see {hub / 'jupyterhub.log'}")
         time.sleep(0.5)
-    log(f"the class server is up on {url}: {len(students)} students, instructors {', '.join(instructors)}")
+    log(f"the class server is up on {url}: {len(students)} student{'' if len(students) == 1 else 's'}, "
+        f"instructor{'' if len(instructors) == 1 else 's'} {', '.join(instructors)}")
     return {"url": url, "pid": hubproc.pid, **state}
 
 
