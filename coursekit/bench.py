@@ -246,6 +246,14 @@ def format_table(rows: list[dict], baseline: str = "torch", unavailable: dict[st
     return "\n".join(lines)
 
 
+def verdict_line(baseline: str, ratio: float, rounds: list[float], limit: float, unit: str = "run") -> str:
+    """The one line every benchmark prints under its table: the judged ratio (fastest ``unit``
+    against fastest ``unit``), the limit, and the spread of single rounds, which is load."""
+    return (f"yours / {baseline}: {ratio:.2f}x, fastest {unit} against fastest {unit}, the one ratio "
+            f"judged; the limit is {limit:g}x. Single rounds ranged from {min(rounds):.2f}x to "
+            f"{max(rounds):.2f}x: a busy machine slows single rounds, which is why only the fastest count")
+
+
 def _fmt_s(s: float) -> str:
     return f"{s * 1e6:.0f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
 

@@ -887,9 +887,7 @@ class BackwardBenchmark:
         _plot_in_notebook(rows, f"{GID} on {out['device']}")
         for note in out["notes"]:
             print("note:", note)
-        print(f"yours / eager: {ratio:.2f}x, fastest run against fastest run, the one ratio "
-              f"judged; the limit is {LIMIT:g}x. Single rounds ranged from {min(rs):.2f}x to "
-              f"{max(rs):.2f}x: a busy machine slows single rounds, which is why only the fastest count")
+        print(bench.verdict_line("eager", ratio, rs, LIMIT))
         if ratio > LIMIT:
             raise CheckFailed(f"your {FUSED} forward + backward takes {ratio:.1f}x the time of eager x + residual "
                               f"then F.rms_norm (the limit is {LIMIT:g}x, generous for vectorized code): "

@@ -226,9 +226,7 @@ def _judge(out: dict, want, what: str, torch_name: str, gid: str, atol=None) -> 
     _plot_in_notebook(rows, f"{gid} on {out['device']}")
     for note in out["notes"]:
         print("note:", note)
-    print(f"yours / {torch_name}: {ratio:.2f}x, fastest run against fastest run, the one ratio "
-          f"judged; the limit is {limit:g}x. Single rounds ranged from {min(rs):.2f}x to "
-          f"{max(rs):.2f}x: a busy machine slows single rounds, which is why only the fastest count")
+    print(bench.verdict_line(torch_name, ratio, rs, limit))
     if ratio > limit:
         raise CheckFailed(f"your {what} takes {ratio:.1f}x the time of {torch_name} (the limit is "
                           f"{limit:g}x, generous for vectorized code): {LOOP_HINT[gid]}. "

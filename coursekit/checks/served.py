@@ -196,9 +196,7 @@ def served_report(out: dict) -> None:
     print(bench.format_table(rows, unavailable=dict(out.get("unavailable") or {}), legend=True))
     if kind == "cpu":
         print(bench.NO_COMPILE_ON_CPU)
-    print(f"yours / {spec.torch_name}: {ratio:.2f}x, fastest round against fastest round, the one ratio "
-          f"judged; the limit is {limit:g}x. Single rounds ranged from {min(rs):.2f}x to "
-          f"{max(rs):.2f}x: a busy machine slows single rounds, which is why only the fastest count")
+    print(bench.verdict_line(spec.torch_name, ratio, rs, limit, unit="round"))
     if ratio > limit:
         raise CheckFailed(f"your {spec.name} takes {ratio:.1f}x the time of {spec.torch_name} (the limit is "
                           f"{limit:g}x, generous for vectorized code): {LOOP_HINT[gid]}. "
