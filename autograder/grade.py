@@ -36,7 +36,8 @@ from autograder.ingest import Catalog, Entry, InputError, _grade_ids, discover
 from autograder.judge import judge_records
 from autograder.outcome import Outcome, TestResult, check_for as _check
 from autograder.outside import measure, served_device
-from autograder.sandbox import HARNESS_IN, Limits, hidden_code, run_sandboxed
+from autograder import referee
+from autograder.sandbox import HARNESS_IN, Limits, run_sandboxed
 from autograder.slots import Child, SlotPool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,8 +98,21 @@ class Course:
         return planmod.make_plan(self.release(assignment), []).tests
 
 
+def _test_step(st: dict) -> dict:
+    """A plan's test step as the harness gets it: served (the grader times it), refereed (the
+    grader probes it: :mod:`autograder.referee`, with the names it needs and the ops it watches)."""
+    from coursekit.checks.served import SERVED
+    gid = st["grade_id"]
+    if referee.refereed(gid):
+        check = _check(gid)
+        return dict(st, served=False, refereed=True, needs=list(check.needs), watch=sorted(check.forbidden_ops))
+    return dict(st, served=gid in SERVED)
+
+
 def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandbox: bool = True,
-              slots: SlotPool | None = None) -> Outcome:
+              slots: SlotPool | None = None, draw: int | None = None) -> Outcome:
+    """``draw``: the hidden checks' inputs for this submission (:func:`autograder.referee.draw_for`;
+    by default from the course's secret and the handed-in file)."""
     o = Outcome(entry.student_id, entry.assignment, entry.student_name, notes=list(entry.notes))
     if entry.assignment not in course.catalog.notebooks:
         o.status = "unknown-assignment"
@@ -138,11 +152,12 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
 
     block = sorted(set().union(*[c.forbidden_ops for c in map(_check, [t.grade_id for t in tests]) if c]))
     from coursekit.checks.served import SERVED
-    steps = [dict(st, served=st["grade_id"] in SERVED) if st["kind"] == "test" else st for st in plan.steps]
+    if draw is None:
+        draw = referee.draw_for(referee.course_secret(course.root), entry.student_id, entry.assignment, entry.path)
+    o.hidden_draw = draw
+    steps = [_test_step(st) if st["kind"] == "test" else st for st in plan.steps]
     device = served_device()  # the served benchmarks' device: the harness and the grader's clock agree on it
     job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block, "bench_device": device}
-    if not (sandbox and slots is not None):  # one-off: the hidden checks go with the job (a slot's zygote has them)
-        job["hidden"] = hidden_code(course.root / "course")
     step_s = max(limits.cell_s, 120.0) + protocol.STEP_GRACE_S
     # Results come back over a pipe of their own (the protocol); the harness gets its write end.
     reply_r, reply_w = os.pipe()
@@ -152,7 +167,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
         os.close(reply_w)  # only the sandbox holds the write end now: its exit means end-of-file
         box["closed"] = True
         box["tr"] = tr = protocol.converse(proc.stdin, protocol.Channel(reply_r), steps, job,
-                                           step_s=step_s, measure=functools.partial(measure, device=device))
+                                           step_s=step_s, measure=functools.partial(measure, device=device),
+                                           referee=functools.partial(referee.run, salt=draw))
         if tr.finished:  # it said bye: it gets a moment to exit (a traced or stuck init never does)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=protocol.EXIT_GRACE_S)
@@ -186,7 +202,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.timings = {k: round(v, 3) for k, v in tr.timings.items()}
     o.output_tail = res.output[-protocol.OUTPUT_TAIL_CHARS:]  # results.json only: never shown to students
     o.cell_errors = protocol.bound_cell_errors(tr.cell_errors)
-    o.tests = judge_records(tests, tr.records, plan, tr.served)
+    o.tests = judge_records(tests, tr.records, plan, tr.served, draw=draw)
     o.score = sum(t.points for t in o.tests)
     if tr.disk_full:
         o.notes.append(f"your code filled the sandbox's writable space ({limits.tmp_mb} MB in the working "

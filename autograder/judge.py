@@ -28,7 +28,7 @@ def _served_detail(m: dict) -> dict:
 
 
 def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
-                  served: dict | None = None) -> list[TestResult]:
+                  served: dict | None = None, draw: int = 0) -> list[TestResult]:
     """The verdict on each test, from ``records`` (test index -> record, or a message saying why
     there is none), in the trusted process.
 
@@ -38,7 +38,8 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
     (the student's module could not be built).
     """
     served = served or {}
-    from coursekit.checks import CheckFailed, verdict
+    from coursekit.checks import HIDDEN_IDS, CheckFailed, verdict
+    from coursekit.checks.seeded import salted
 
     results, costs = [], {}
     for t in tests:
@@ -82,8 +83,9 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
                         if bench and record.get("ok"):
                             from coursekit.checks.served import served_report
                             served_report(served[t.index])
-                        else:
-                            verdict(check, record)
+                        else:  # the hidden checks' judges rebuild the inputs of this submission's draw
+                            with salted(draw if t.grade_id in HIDDEN_IDS else 0):
+                                verdict(check, record)
                     finally:
                         if bench:
                             detail["report"] = buf.getvalue()[-3000:]

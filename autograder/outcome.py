@@ -55,3 +55,6 @@ class Outcome:
     #: manual scores in the course gradebook that this run's auto scores did not replace
     #: (autograder.nbgrader_course.kept_manual): {"cell", "manual", "auto"} each
     manual_kept: list = field(default_factory=list)
+    #: the draw of the hidden checks' inputs for this submission (autograder.referee.draw_for): with
+    #: it, an instructor reruns the very inputs the hidden probes passed
+    hidden_draw: int = 0

@@ -154,10 +154,13 @@ class Transcript:
     timings: dict = field(default_factory=dict)
 
 
-def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float, measure) -> Transcript:
+def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float, measure,
+             referee=None) -> Transcript:
     """Drive one notebook through ``steps``; returns when it is done, gone or out of protocol.
 
     ``measure(grade_id, stdin, ch)``: times a served benchmark (:func:`autograder.outside.measure`).
+    ``referee(grade_id, stdin, ch, timeout)``: probes a refereed test from here (a step with
+    ``"refereed": true``; :func:`autograder.referee.run`) and returns its record.
     """
     tr = Transcript()
     clock = {"t": time.monotonic()}
@@ -189,6 +192,21 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
                 spent("cells")
             else:
                 index = step["index"]
+                if step.get("refereed"):  # the probe runs here; the notebook answers its calls
+                    ready, _ = expect("ready", n, step_s)
+                    try:
+                        tr.records[index] = referee(step["grade_id"], stdin, ch, step_s)
+                    except TimeoutError:
+                        tr.records[index] = "this test did not finish: your code did not answer in time"
+                        raise
+                    except Closed as e:
+                        tr.records[index] = f"this test did not finish: {e}"
+                        raise
+                    send(stdin, {"op": "end"})
+                    expect("test", n, step_s)
+                    spent("tests")
+                    tr.answered = n + 1
+                    continue
                 if step.get("served"):
                     ready, _ = expect("ready", n, step_s)
                     if ready.get("ok") is True:

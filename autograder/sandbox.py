@@ -12,7 +12,8 @@ What the sandbox is (``bwrap`` arguments built by :func:`bwrap_argv`):
   cgroup where possible): no network but a private loopback, its own pid 1, its own hostname;
 * a filesystem made of read-only binds of only what Python needs (``/usr``, the interpreter's
   prefix, the virtual environment, the ``course`` package, but an empty read-only folder over its
-  ``hidden/``: the hidden checks come as compiled code, :func:`hidden_code`), a fresh ``/proc``, a minimal ``/dev``,
+  ``hidden/``: the grader's referee runs the hidden checks, ``autograder/referee.py``), a fresh
+  ``/proc``, a minimal ``/dev``,
   and two size-limited tmpfs, the only writable places: the working directory (``$HOME``) and
   ``/tmp``. Nothing of the host is writable; the repository, ``solutions/``, the gradebook, other
   students' files and the instructor's home are simply not there. Results leave over pipes only
@@ -156,46 +157,6 @@ def _ro_sources(course_dir: Path, gpu: bool = False) -> list[tuple[str, str]]:
     return [(src, dst) for src, dst in pairs if os.path.exists(src)]
 
 
-def _without_docstrings(tree):
-    """``tree`` (an ``ast.Module``) without the docstrings of the module, its classes and functions."""
-    import ast
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.copy_location(ast.Pass(), body[0])]
-    return tree
-
-
-def hidden_code(course_dir: Path = ROOT / "course") -> dict:
-    """The hidden checks (``course/hidden/``) as the sandbox gets them: ``{module name: {"package":
-    bool, "code": base64 of the marshalled code object}}``, compiled here, in the grader, without
-    their docstrings and under a file name no file has (:data:`coursekit.checks.HIDDEN_FILENAME`).
-
-    The sandbox never sees ``course/hidden`` itself (:func:`bwrap_argv` hides it): the harness, or a
-    slot's zygote, registers these as the modules ``course.hidden.*`` before any student code runs
-    (``autograder/inside/harness.py``, ``install_hidden``). So the probes' compiled code is there,
-    as it must be to run, but no line of their source: not as a file, nor for ``linecache``,
-    ``inspect`` or a traceback. The sandbox runs this same interpreter, so ``marshal`` fits it."""
-    import ast
-    import base64
-    import marshal
-    from coursekit.checks import HIDDEN_FILENAME
-    base = Path(course_dir).resolve() / "hidden"
-    out = {}
-    for path in sorted(base.rglob("*.py")) if base.is_dir() else []:
-        rel = path.relative_to(base).with_suffix("").parts
-        if "__pycache__" in rel:
-            continue
-        package = rel[-1] == "__init__"
-        name = ".".join(("course", "hidden") + (rel[:-1] if package else rel))
-        tree = _without_docstrings(ast.parse(path.read_text(), str(path)))
-        code = compile(tree, HIDDEN_FILENAME.format(name), "exec", dont_inherit=True)
-        out[name] = {"package": package, "code": base64.b64encode(marshal.dumps(code)).decode()}
-    return out
-
-
 def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool = False, gpu: bool = False,
                dev_root: str | Path = "/dev", seccomp_fd: int | None = None) -> list[str]:
     """bwrap's arguments. ``staged``: the read-only sources are read from :func:`stage_dir` (bwrap
@@ -207,7 +168,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
     binds = []
     for i, (src, dst) in enumerate(_ro_sources(course_dir, gpu)):
         binds += ["--ro-bind", str(stage_dir(course_dir, gpu) / str(i)) if staged else src, dst]
-    hidden = []  # course/hidden: an empty read-only folder; the hidden checks come as code (hidden_code)
+    hidden = []  # course/hidden: an empty read-only folder (the referee runs the hidden checks: autograder/referee.py)
     if (course_dir / "hidden").is_dir():
         h = str(course_dir / "hidden")
         hidden = ["--size", "4096", "--perms", "0555", "--tmpfs", h, "--remount-ro", h]

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from autograder import cgroups, seccomp
 from autograder.sandbox import (ROOT, ZYGOTE_IN, Limits, Result, SandboxUnavailable, _preexec,
-                                _Tail, _user_process_count, bwrap_argv, hidden_code, sandbox_uid,
+                                _Tail, _user_process_count, bwrap_argv, sandbox_uid,
                                 staged_sources)
 
 START_S = 180.0  # the zygote's imports, on a loaded machine
@@ -122,11 +122,9 @@ class Slot:
             theirs.close()
         self.tail = _Tail(out_r, 16 << 10)
         self.tail.start()
-        # the hidden checks, as code: the sandbox has no file of them (sandbox.hidden_code); written
-        # from a thread, so a zygote that never reads its stdin costs START_S, not a hang
-        # and the full seccomp filter, which each submission's child installs
-        payload = (json.dumps({"hidden": hidden_code(self.course_dir),
-                               "seccomp": base64.b64encode(seccomp.program()).decode()}) + "\n").encode()
+        # the full seccomp filter, which each submission's child installs; written from a thread,
+        # so a zygote that never reads its stdin costs START_S, not a hang
+        payload = (json.dumps({"seccomp": base64.b64encode(seccomp.program()).decode()}) + "\n").encode()
 
         def write(stdin=self.proc.stdin):
             with contextlib.suppress(OSError, ValueError):

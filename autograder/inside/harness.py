@@ -6,6 +6,8 @@ as one JSON line, then one step per line::
 
     {"op": "step", "n": 0, "kind": "cell", "label": ..., "source": ...}
     {"op": "step", "n": 5, "kind": "test", "grade_id": ..., "index": i, "served": false}
+    {"op": "step", "n": 6, "kind": "test", "grade_id": ..., "index": i, "refereed": true, "needs": [...],
+     "watch": [...]}
     {"op": "end"}
 
 Each step is answered with one frame on the reply pipe (``REPLY_FD``). Cells run in IPython's
@@ -15,11 +17,14 @@ never runs code from the notebook: the harness calls ``coursekit.checks.collect`
 it stands and sends the record. Nothing here decides a score: the grader judges the records and
 treats anything missing, malformed or out of turn as a failure.
 
+A *refereed* test (``"refereed": true``: every hidden check) is probed by the grader itself
+(``autograder/referee.py``): this process says ``ready`` and answers the grader's calls, each one
+of the course's remotable helpers on concrete inputs (:func:`_answer`), until ``end``. The hidden
+checks' code, case tables and judges never come here.
+
 Before any student code runs, the harness moves its pipes to high descriptor numbers, points
-stdin at ``/dev/null``, registers the hidden checks from the code the grader sent (``"hidden"`` in
-the job's settings, or, in a grading slot, to the zygote at its start: the sandbox has no file of
-them, :func:`install_hidden`), and makes torch's built-in normalization kernels raise for the
-exercises that forbid them.
+stdin at ``/dev/null`` and makes torch's built-in normalization kernels raise for the exercises
+that forbid them.
 """
 import json
 import os
@@ -90,40 +95,6 @@ def _writable_full(paths=("/home/student", "/tmp", "/dev/shm")) -> bool:
     return False
 
 
-class _HiddenChecks:
-    """A finder and loader on ``sys.meta_path`` for the hidden checks, ``course.hidden.*``: serves the
-    code objects the grader compiled (:func:`autograder.sandbox.hidden_code`) in place of files the
-    sandbox does not have. It holds no source and has no ``get_source``: ``linecache``,
-    ``inspect`` and tracebacks find no line of them."""
-
-    def __init__(self, codes):
-        self._codes = codes  # module name -> (is a package, code object)
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in self._codes:
-            return None
-        from importlib.util import spec_from_loader
-        return spec_from_loader(name, self, is_package=self._codes[name][0])
-
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module):
-        exec(self._codes[module.__name__][1], module.__dict__)  # noqa: S102 -- the grader's own code
-
-
-def install_hidden(hidden):
-    """Make the hidden checks importable from the code the grader sent (``{name: {"package": bool,
-    "code": base64 of marshal}}``; see :func:`autograder.sandbox.hidden_code`), before any student
-    code runs. Nothing (an empty dict or None): the course has none, or this runs unsandboxed."""
-    if not hidden:
-        return
-    import base64
-    import marshal
-    codes = {name: (bool(m["package"]), marshal.loads(base64.b64decode(m["code"]))) for name, m in hidden.items()}
-    sys.meta_path.insert(0, _HiddenChecks(codes))
-
-
 def preload():
     """Import what the harness uses before student code runs (the zygote calls this once, before it
     forks a child per submission: :mod:`autograder.inside.zygote`). torch's first ``__torch_function__``
@@ -159,7 +130,6 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     os.close(null)
     lines = Lines(ctrl)
     job = lines.next()
-    install_hidden(job.pop("hidden", None))  # a one-off sandbox: the hidden checks come with the job
 
     sys.stdout = _CappedText(sys.stdout)
     sys.stderr = _CappedText(sys.stderr)
@@ -231,6 +201,20 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                        "error": None if err is None else _error_text(err, error_chars)}))
             continue
         gid = step["grade_id"]
+        if step.get("refereed"):  # the grader runs this test's probe; this process answers its calls
+            for name in step.get("needs") or []:
+                probed.setdefault(name, []).append(shell.user_ns.get(name, _MISSING))
+            signal.signal(signal.SIGALRM, alarm)
+            signal.setitimer(signal.ITIMER_REAL, test_s)
+            try:
+                _answer(shell.user_ns, frozenset(step.get("watch") or ()), lines, send, n)
+            except BaseException:  # noqa: BLE001 -- the alarm between requests: the grader sees the end
+                pass
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            send(record_frame({"ok": False, "error": "CheckFailed", "message": "refereed", "where": ""},
+                              {"event": "test", "n": n}))
+            continue
         check = tests.get(gid)
         bench = check is not None and check.kind == "benchmark"
         if check is None:
@@ -363,6 +347,42 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
             if isinstance(e, (KeyboardInterrupt, CellTimeout)):
                 raise
             send(pack_value({"error": f"{type(e).__name__}: {str(e)[:500]}"}))
+
+
+def _answer(ns, watch, lines, send, n):
+    """A refereed test (``autograder/referee.py``): say ``ready``, then answer each request
+    (``{"op": "ask", "data": <a wire frame, base64>}``) with one frame, until ``{"op": "end"}``.
+    Each request runs one of the course's remotable helpers (``coursekit.checks.remote.HELPERS``,
+    and nothing else) on the notebook's globals, under the op recorder of the ``watch`` ops,
+    prints and warnings kept out; objects that are not data stay here, behind a handle, until the
+    end of the test."""
+    import base64
+    import contextlib
+    import io
+
+    from coursekit.checks import wire
+    from coursekit.checks.ops import OpRecorder
+    from coursekit.checks.remote import Answerer
+
+    answerer = Answerer(ns)
+    send(wire.pack({"event": "ready", "n": n, "ok": True}))
+    while True:
+        req = lines.next()
+        if req is None or req.get("op") != "ask":
+            return
+        frame = base64.b64decode(req["data"])
+        nh, nb = wire.frame_sizes(frame[:8])
+        request = wire.unpack_value(frame[8:8 + nh], frame[8 + nh:8 + nh + nb])
+        with OpRecorder(active=bool(watch)) as rec, \
+                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            reply = answerer.answer(request)
+        reply["ops"] = sorted(rec.seen & watch)
+        try:
+            out = wire.pack_value(reply)
+        except Exception as e:  # noqa: BLE001 -- a value that cannot travel (too large, too deep)
+            out = wire.pack_value({"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": "",
+                                   "ops": reply["ops"]})
+        send(out)
 
 
 def _block_ops(names):

@@ -4,9 +4,9 @@ before any student code runs (the grader's side is :mod:`autograder.slots`).
 
 Started as ``python /grader/zygote.py SOCKET_FD TMP_MB CPU_S`` inside the same bubblewrap sandbox as a
 one-off submission (:func:`autograder.sandbox.bwrap_argv`: unprivileged uid, no capability,
-read-only root, no network). Its stdin brings one JSON line, ``{"hidden": ...}``: the hidden
-checks' code (:func:`autograder.sandbox.hidden_code`), registered before anything is imported
-(the sandbox has no file of them). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
+read-only root, no network). Its stdin brings one JSON line, ``{"seccomp": ...}``: the filter
+each child installs (the hidden checks never come here: the grader's referee runs them,
+``autograder/referee.py``). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
 are JSON; the grader sends::
 
     {"op": "fork", "id": n, "cgroups": k}  + 3 + k descriptors: the job pipe's read end, the reply
@@ -338,7 +338,7 @@ def _one(sock, fds, req, harness, seccomp=None):
 
 def _read_start():
     """One JSON line on stdin from the grader (:class:`autograder.slots.Slot`), read to its end: the
-    hidden checks' code and the seccomp filter (base64); stdin is ``/dev/null`` afterwards."""
+    seccomp filter (base64); stdin is ``/dev/null`` afterwards."""
     chunks = []
     while True:
         chunk = os.read(0, 1 << 16)
@@ -359,7 +359,6 @@ def main():
     import base64
     seccomp = base64.b64decode(start["seccomp"]) if start.get("seccomp") else None
     import harness  # beside this file in /grader
-    harness.install_hidden(start.get("hidden"))
     del start
     harness.preload()
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)

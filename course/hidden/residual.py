@@ -8,6 +8,7 @@ import torch
 
 from coursekit.checks import CheckFailed, register
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
+from coursekit.checks.remote import manual_seed
 from coursekit.checks.seeded import DTYPE, dropped_pattern, make_norm
 from coursekit.checks.residual import D, DROPOUT_ON_STREAM, NO_RESIDUAL, PRE_CASES, _post, _pre, build, inputs, norm_values, parts
 
@@ -124,7 +125,7 @@ class BlockDropout:
         out = {}
         x = inputs(c.SEED)
         blk = build(ns, c.SEED, dropout=c.P, residual_scale=c.S).train()
-        torch.manual_seed(c.SEED)
+        manual_seed(ns, c.SEED)
         out["train"] = blk(x)
         blk.eval()
         out["eval"] = [blk(x), blk(x)]

@@ -13,8 +13,9 @@ from coursekit.checks.seeded import DTYPE, Parts, block_formula, dropped_pattern
 from coursekit.checks.transformer import (D, FF, H, SHAPE, _judge_block, _judge_stack, _probe_block,
                                           _probe_pre_and_post, _probe_stack, _stack_cases, block_suspects,
                                           block_values, build_block, build_stack, causal_mask, expected_block,
-                                          inputs, layers_of, no_torch_layers, padding_mask, run_layers,
-                                          stack_values, TORCH_LAYER_NAMES)
+                                          grads_of, inputs, layers_of, no_torch_layers, padding_mask,
+                                          run_layers, silence_sublayer, stack_values, TORCH_LAYER_NAMES)
+from coursekit.checks.remote import manual_seed
 
 
 DROPOUT_ON_STREAM = "dropout is applied to the residual stream (x + sublayer); it belongs on the sublayer's output only"
@@ -110,16 +111,8 @@ class BlockDropout:
         x = inputs(c.SEED)
         out = {}
         for silent in ("ffn", "attn"):  # zero one sublayer's output: the other one's dropout is then visible
-            blk = build_block(ns, c.SEED, dropout=c.P).train()
-            if not (isinstance(getattr(blk, "ffn", None), nn.Sequential) and len(blk.ffn) == 4):
-                raise CheckFailed("ffn should be nn.Sequential(Linear, GELU, Dropout, Linear)")
-            blk.attn.dropout = 0.0  # dropout inside the sublayers is torch's; this check is about the adds
-            blk.ffn[2].p = 0.0
-            lin = blk.ffn[3] if silent == "ffn" else blk.attn.out_proj
-            with torch.no_grad():
-                lin.weight.zero_()
-                lin.bias.zero_()
-            torch.manual_seed(c.SEED)
+            blk = silence_sublayer(build_block(ns, c.SEED, dropout=c.P).train(), silent)
+            manual_seed(ns, c.SEED)
             out[silent] = blk(x)
         for first in (True, False):
             blk = build_block(ns, c.SEED, dropout=c.P, norm_first=first).eval()
@@ -203,10 +196,7 @@ class StackGradients:
     def probe(ns):
         s = StackGradients.SEED
         stk = build_stack(ns, s, 2)
-        x = inputs(s).requires_grad_()
-        y = expect_tensor(stk(x, attn_mask=causal_mask(SHAPE[1])), "the stack's output")
-        (y * randn(s + 1, *SHAPE)).sum().backward()
-        return {"x": x.grad, **{n: stk.get_parameter(n).grad for n in GRAD_NAMES}}
+        return grads_of(stk, inputs(s), randn(s + 1, *SHAPE), list(GRAD_NAMES), attn_mask=causal_mask(SHAPE[1]))
 
     @staticmethod
     def judge(out):

@@ -14,10 +14,12 @@ A check is split in two halves so that the same logic can run in two places:
   :class:`CheckFailed` with a message in the student's terms. It never touches student code.
 
 ``run`` does both in the notebook's kernel: that is what the student's self-check and stock
-``nbgrader autograde`` see. The course autograder runs only the probe, inside a sandbox, ships
-its result out as plain arrays (:mod:`coursekit.checks.wire`), and judges in its own process, so
-nothing a submission does can change a verdict. Both paths go through :func:`collect` and
-:func:`verdict`, so they agree on every honest submission.
+``nbgrader autograde`` see. The course autograder judges in its own process, so nothing a
+submission does can change a verdict. A visible check's probe runs inside the sandbox and ships
+its result out as plain arrays (:mod:`coursekit.checks.wire`); a hidden check's probe runs in the
+grader too (the referee), and only its calls of the student's code cross into the sandbox
+(:mod:`coursekit.checks.remote`). Every path goes through :func:`collect` and :func:`verdict`, so
+they agree on every honest submission.
 """
 from __future__ import annotations
 
@@ -51,10 +53,6 @@ HIDDEN_MODULES = (
     "course.hidden.backward",
 )
 
-#: the file name the hidden checks' code carries inside the course grader's sandbox, where their
-#: source is not (``autograder/inside/harness.py``, ``install_hidden``): a name no file has, so
-#: no traceback, ``linecache`` or ``inspect`` finds a line of them there
-HIDDEN_FILENAME = "<hidden check {}>"
 
 
 class CheckFailed(AssertionError):
@@ -116,13 +114,20 @@ def register(grade_id: str, *, needs: tuple = (), forbidden_ops=(), kind: str = 
     return deco
 
 
+#: the grade ids the hidden modules registered (the course grader's referee runs their probes)
+HIDDEN_IDS: set = set()
+
+
 def load_all() -> dict[str, Check]:
     for mod in EXERCISE_MODULES + HIDDEN_MODULES:
+        before = set(REGISTRY)
         try:
             importlib.import_module(mod)
-        except ModuleNotFoundError as e:  # a student's install: no course.hidden
+        except ModuleNotFoundError as e:  # a student's install, or the grading sandbox: no course.hidden
             if e.name not in (mod, "course", "course.hidden"):
                 raise
+        if mod in HIDDEN_MODULES:
+            HIDDEN_IDS.update(set(REGISTRY) - before)
     return REGISTRY
 
 
@@ -140,7 +145,7 @@ def get(grade_id: str) -> Check:
 
 def _student_frame(tb) -> str:
     """The last traceback line that is not course code: where in the student's code it broke."""
-    ours = ("/course/", "/coursekit/", HIDDEN_FILENAME.split("{")[0])
+    ours = ("/course/", "/coursekit/")
     frames = [f for f in traceback.extract_tb(tb) if not any(p in f.filename.replace("\\", "/") for p in ours)]
     if not frames:
         return ""
@@ -155,20 +160,28 @@ def collect(check: Check, ns: dict) -> dict:
     ``{"ok": False, "error": <exception type>, "message": ..., "where": ...}``.
     """
     from coursekit.checks import wire
+    from coursekit.checks.remote import StudentRaised, is_remote
 
-    missing = [name for name in check.needs if name not in ns]
-    if missing:
-        return {"ok": False, "error": "NameError", "where": "",
-                "message": f"{', '.join(missing)} is not defined: run the cell that defines it first"}
+    # ns is the notebook's globals, or the referee's view of them (coursekit.checks.remote): then
+    # the probe runs here and the student's code there, which records the ops it calls
+    remote = is_remote(ns)
     try:
+        missing = [name for name in check.needs if name not in ns]
+        if missing:
+            return {"ok": False, "error": "NameError", "where": "",
+                    "message": f"{', '.join(missing)} is not defined: run the cell that defines it first"}
         # the student's prints and warnings stay out of the test cell: stock nbgrader scores a
         # grade cell with any stderr output as zero
-        with OpRecorder(active=bool(check.forbidden_ops)) as rec, \
-                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        quiet = contextlib.nullcontext() if remote else contextlib.redirect_stdout(io.StringIO())
+        with OpRecorder(active=bool(check.forbidden_ops) and not remote) as rec, quiet, \
+                (contextlib.nullcontext() if remote else contextlib.redirect_stderr(io.StringIO())):
             out = check.probe(ns)
-        return {"ok": True, "out": wire.encode(out), "ops": sorted(rec.seen & check.forbidden_ops)}
+        seen = ns._link.ops if remote else rec.seen
+        return {"ok": True, "out": wire.encode(out), "ops": sorted(set(seen) & check.forbidden_ops)}
     except CheckFailed as e:  # a probe may fail early, e.g. on a wrong output type
         return {"ok": False, "error": "CheckFailed", "message": str(e), "where": ""}
+    except StudentRaised as e:  # the student's code raised, in the sandbox
+        return {"ok": False, "error": e.error, "message": e.message[:2000], "where": e.where}
     except BaseException as e:  # noqa: BLE001 -- student code may raise anything, SystemExit included
         if isinstance(e, KeyboardInterrupt):
             raise

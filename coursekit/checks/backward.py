@@ -44,6 +44,7 @@ from coursekit.checks import CheckFailed, frozen, register
 from coursekit.checks.benchmark import LIMITS, LOOP_HINT, SHAPES, WORKLOAD, _plot_in_notebook, _reference
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
 from coursekit.checks.ops import NORM_OPS, OpRecorder
+from coursekit.checks.remote import remotable
 from coursekit.checks.seeded import randn
 
 FUSED = "FusedAddRMSNorm"
@@ -107,6 +108,7 @@ class NoNewThreads:
         return False
 
 
+@remotable
 def call_by_hand(ns: dict, name: str, *args):
     """Probe side: ``ns[name](*args)`` with autograd off and watched, in this thread only (see the
     module docstring)."""
@@ -314,6 +316,7 @@ class LayerNormBackward:
 # FusedAddRMSNorm
 # --------------------------------------------------------------------------------------------
 
+@remotable
 def fused_class(ns):
     cls = ns[FUSED]
     if not (isinstance(cls, type) and issubclass(cls, torch.autograd.Function)):
@@ -384,19 +387,22 @@ def fused_y_mistakes(x, r, w, eps) -> dict:
 
 def fused_probe(ns, cases, dtype=F64) -> list:
     """(y, h, grad_x, grad_residual, grad_weight) per case, from random grad_y AND grad_h."""
+    fused_class(ns)  # not an autograd.Function: say so before any case
+    return [fused_case(ns, *fused_inputs(seed, shape, kw, dtype), eps) for seed, shape, eps, kw in cases]
+
+
+@remotable
+def fused_case(ns, x, r, w, gy, gh, eps) -> list:
+    """One case of :func:`fused_probe`: ``[y, h, grad_x, grad_residual, grad_weight]``."""
     cls = fused_class(ns)
-    out = []
-    for seed, shape, eps, kw in cases:
-        x, r, w, gy, gh = fused_inputs(seed, shape, kw, dtype)
-        leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
-        with torch.enable_grad():
-            y, h = fused_apply(cls, *leaves, eps)
-            if y.grad_fn is None:
-                raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
-                                  "inputs passed to it?")
-            grads = torch.autograd.grad((y, h), leaves, (gy, gh), allow_unused=True)
-        out.append([y.detach(), h.detach(), *grads])
-    return out
+    leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
+    with torch.enable_grad():
+        y, h = fused_apply(cls, *leaves, eps)
+        if y.grad_fn is None:
+            raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
+                              "inputs passed to it?")
+        grads = torch.autograd.grad((y, h), leaves, (gy, gh), allow_unused=True)
+    return [y.detach(), h.detach(), *grads]
 
 
 def fused_judge(out, cases, dtype=F64, tol=None) -> None:

@@ -18,6 +18,7 @@ from torch import nn
 from coursekit.checks import CheckFailed, frozen, register_check, seeded
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
 from coursekit.checks.ops import NORM_OPS
+from coursekit.checks.remote import remotable
 
 
 #: seeded.randn with the norm exercises' default dtype (their inputs are float32 unless asked)
@@ -44,6 +45,7 @@ def affine_values(seed: int, shape, names=("weight", "bias")) -> dict[str, torch
     return out
 
 
+@remotable
 def student_class(ns: dict, name: str):
     cls = ns[name]
     if not isinstance(cls, type) or not issubclass(cls, nn.Module):
@@ -52,6 +54,7 @@ def student_class(ns: dict, name: str):
     return cls
 
 
+@remotable
 def set_params(module, vals: dict, owner: str) -> None:
     """Probe side: copy ``vals`` into ``module.weight`` / ``module.bias`` (in the module's dtype)."""
     for name, v in vals.items():
@@ -85,6 +88,7 @@ def expect_shape_dtype(actual, expected: torch.Tensor, what: str) -> None:
                           "(the output should keep the input's dtype)")
 
 
+@remotable
 def call(module, x, owner: str):
     """Probe side: ``module(x)``, insisting on a plain tensor back."""
     y = module(x)
@@ -125,13 +129,12 @@ class NormSpec:
         return x.to(dtype)
 
     def forward_probe(self, ns, cases, dtype=torch.float32) -> list:
-        cls = student_class(ns, self.name)
+        student_class(ns, self.name)  # not a class: say so before any case
         outs = []
         for seed, shape, nshape, eps, xkw in cases:
-            m = cls(nshape) if eps is None else cls(nshape, eps=eps)
-            m = m.to(dtype)
-            set_params(m, self.values(seed + 1, nshape), self.name)
-            outs.append(call(m, self.input(seed, shape, xkw, dtype), self.name))
+            kw = {} if eps is None else {"eps": eps}
+            outs.append(forward_case(ns, self.name, (nshape,), kw, dtype, self.values(seed + 1, nshape),
+                                     self.input(seed, shape, xkw, dtype)))
         return outs
 
     def forward_judge(self, out, cases, dtype=torch.float32, hint="") -> None:
@@ -153,6 +156,23 @@ class NormSpec:
             g = randn(seed + 2, *shape, dtype=torch.float64)
             cases.append(((nshape,), frozen(), x, self.values(seed + 1, nshape), g))
         return tuple(cases)
+
+
+@remotable
+def build_norm(ns, name: str, args, kwargs, dtype=None, vals=None):
+    """The student's ``name(*args, **kwargs)``, moved to ``dtype``, with the weights ``vals``."""
+    m = student_class(ns, name)(*args, **kwargs)
+    if dtype is not None:
+        m = m.to(dtype)
+    if vals:
+        set_params(m, vals, name)
+    return m
+
+
+@remotable
+def forward_case(ns, name: str, args, kwargs, dtype, vals, x):
+    """One forward case: the student's module built as :func:`build_norm` builds it, applied to ``x``."""
+    return call(build_norm(ns, name, args, kwargs, dtype, vals), x, name)
 
 
 def register_forward_check(grade_id: str, doc: str, norm: NormSpec, cases) -> None:
@@ -200,8 +220,14 @@ def _describe(m: nn.Module) -> dict:
 
 
 def params_probe(ns: dict, name: str, cases) -> dict:
-    cls = student_class(ns, name)
-    return {key: _describe(cls(*args, **kw)) for key, args, kw in cases}
+    student_class(ns, name)  # not a class: say so before any case
+    return {key: describe_built(ns, name, args, kw) for key, args, kw in cases}
+
+
+@remotable
+def describe_built(ns, name: str, args, kw) -> dict:
+    """What :func:`params_judge` needs of the student's ``name(*args, **kw)``."""
+    return _describe(student_class(ns, name)(*args, **kw))
 
 
 #: what :func:`_describe` returns, as a structure template (:func:`expect_structure`)
@@ -266,24 +292,27 @@ def register_parameters_check(grade_id: str, doc: str, name: str, cases, torch_c
 
 def grads_probe(ns: dict, name: str, cases) -> list:
     """``cases``: (ctor args, ctor kwargs, x, weights, upstream grad) -> outputs and gradients."""
-    cls = student_class(ns, name)
-    out = []
-    for args, kw, x, vals, g in cases:
-        m = cls(*args, **kw).double()
-        set_params(m, vals, name)
-        x = x.clone().requires_grad_(True)
-        y = call(m, x, name)
-        if not y.requires_grad:
-            raise CheckFailed(f"{name}'s output does not depend on its input through autograd "
-                              "(.detach(), .data, numpy or torch.no_grad() in forward?)")
-        (y * g).sum().backward()
-        grads, kinds = {"x": x.grad}, {}
-        for p in vals:
-            t = getattr(m, p, None)
-            grads[p] = t.grad if isinstance(t, torch.Tensor) else None
-            kinds[p] = "Parameter" if isinstance(t, nn.Parameter) else type(t).__name__
-        out.append({"y": y.detach(), "grads": grads, "kinds": kinds})
-    return out
+    student_class(ns, name)  # not a class: say so before any case
+    return [grads_case(ns, name, args, kw, x, vals, g) for args, kw, x, vals, g in cases]
+
+
+@remotable
+def grads_case(ns, name: str, args, kw, x, vals, g) -> dict:
+    """One case of :func:`grads_probe`: the output, and the gradients of ``sum(y * g)``."""
+    m = student_class(ns, name)(*args, **kw).double()
+    set_params(m, vals, name)
+    x = x.clone().requires_grad_(True)
+    y = call(m, x, name)
+    if not y.requires_grad:
+        raise CheckFailed(f"{name}'s output does not depend on its input through autograd "
+                          "(.detach(), .data, numpy or torch.no_grad() in forward?)")
+    (y * g).sum().backward()
+    grads, kinds = {"x": x.grad}, {}
+    for p in vals:
+        t = getattr(m, p, None)
+        grads[p] = t.grad if isinstance(t, torch.Tensor) else None
+        kinds[p] = "Parameter" if isinstance(t, nn.Parameter) else type(t).__name__
+    return {"y": y.detach(), "grads": grads, "kinds": kinds}
 
 
 def grads_judge(out: list, name: str, cases, torch_module, suspects_fn=None) -> None:

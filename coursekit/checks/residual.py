@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from coursekit.checks import CheckFailed, register
+from coursekit.checks.remote import remotable
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
 from coursekit.checks.seeded import (DTYPE, as_module, dropped_pattern, load_into, make_norm,
                                   norm_spec, randn, values)
@@ -55,6 +56,7 @@ def inputs(seed: int, scale: float = 1.5, offset: float = 0.7) -> torch.Tensor:
     return randn(seed, *SHAPE, scale=scale, offset=offset)
 
 
+@remotable
 def build(ns: dict, seed: int, *, norm="layer", norm_first=True, dropout=0.0, residual_scale=1.0,
           zero=False) -> nn.Module:
     """The student's ResidualBlock around our sublayer, float64, with our norm weights (probe side)."""

@@ -28,6 +28,7 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from coursekit.checks import CheckFailed, frozen, register
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
 from coursekit.checks.ops import _DispatchSpy
+from coursekit.checks.remote import is_remote, remotable
 from coursekit.checks.seeded import (Parts, as_module, block_formula, block_spec, load_into, make_norm,
                                      norm_spec, randn, torch_layer, values)
 
@@ -209,6 +210,45 @@ def judge_torch_layers(seen, owner: str) -> None:
                           f"from the modules that ran): {tail}")
 
 
+@remotable
+def watch_begin(ns) -> TorchLayerWatch:
+    """A :class:`TorchLayerWatch` that holds until :func:`watch_end` (the referee's probes: between
+    the two, each of its requests runs with the watch on)."""
+    return TorchLayerWatch().__enter__()
+
+
+@remotable
+def watch_end(watch: TorchLayerWatch) -> dict:
+    if not isinstance(watch, TorchLayerWatch):
+        raise CheckFailed("the watch on torch's layers is gone")
+    watch.__exit__(None, None, None)
+    return watch.observed()
+
+
+@remotable
+def silence_sublayer(blk, silent: str):
+    """Exercise 04's dropout probe: torch's own dropouts inside the sublayers off, and the output
+    projection of ``silent`` ("ffn" or "attn") zeroed, so that only the other sublayer's dropout shows."""
+    if not (isinstance(getattr(blk, "ffn", None), nn.Sequential) and len(blk.ffn) == 4):
+        raise CheckFailed("ffn should be nn.Sequential(Linear, GELU, Dropout, Linear)")
+    blk.attn.dropout = 0.0  # dropout inside the sublayers is torch's; this check is about the adds
+    blk.ffn[2].p = 0.0
+    lin = blk.ffn[3] if silent == "ffn" else blk.attn.out_proj
+    with torch.no_grad():
+        lin.weight.zero_()
+        lin.bias.zero_()
+    return blk
+
+
+@remotable
+def grads_of(module, x, g, names, **kwargs) -> dict:
+    """``module(x, **kwargs)``, then the gradients of ``sum(y * g)`` for ``x`` and the parameters ``names``."""
+    x = x.clone().requires_grad_(True)
+    y = expect_tensor(module(x, **kwargs), "the output")
+    (y * g).sum().backward()
+    return {"x": x.grad, **{n: module.get_parameter(n).grad for n in names}}
+
+
 def no_torch_layers(owner: str):
     """Class decorator, under ``@register``: the probe runs under :class:`TorchLayerWatch` and its
     record carries what the watch saw; the judge fails on it before judging the values."""
@@ -217,6 +257,13 @@ def no_torch_layers(owner: str):
         probe, judge = cls.probe, cls.judge
 
         def watched_probe(ns):
+            if is_remote(ns):  # the referee's probe: the watch runs where the student's code runs
+                w = watch_begin(ns)
+                try:
+                    out = probe(ns)
+                finally:
+                    seen = watch_end(w)
+                return {"value": out, "torch_layers": seen}
             with TorchLayerWatch() as w:
                 out = probe(ns)
             return {"value": out, "torch_layers": w.observed()}
@@ -236,6 +283,7 @@ def no_torch_layers(owner: str):
 # Probe side: the student's modules with our weights
 # --------------------------------------------------------------------------------------------
 
+@remotable
 def build_block(ns, seed, *, norm="layer", norm_first=True, dropout=0.0) -> nn.Module:
     blk = ns["TransformerBlock"](D, H, FF, dropout=dropout, norm_first=norm_first, norm=norm)
     blk = as_module(blk, "TransformerBlock(...)").double()
@@ -243,6 +291,7 @@ def build_block(ns, seed, *, norm="layer", norm_first=True, dropout=0.0) -> nn.M
     return blk
 
 
+@remotable
 def build_stack(ns, seed, n_layers, *, norm="layer", norm_first=True) -> nn.Module:
     stk = ns["TransformerStack"](n_layers, D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm)
     stk = as_module(stk, "TransformerStack(...)").double()
