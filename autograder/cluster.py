@@ -175,7 +175,7 @@ def grade_task(job: dict) -> dict:
             from autograder.cgroups import default_memory_mb
             limits = dataclasses.replace(limits, submission_mb=default_memory_mb(_nthreads()))
         with _slots(limits, course, job["sandbox"]) as slots:
-            o = grade_one(entry, course, limits, scratch, job["sandbox"], slots)
+            o = grade_one(entry, course, limits, scratch, job["sandbox"], slots, draw=job.get("draw"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {"outcome": dataclasses.asdict(o), "worker": _where()}
@@ -194,9 +194,11 @@ def _job(entry: Entry, course: Course, limits: Limits, sandbox: bool, want_hash:
         data = entry.path.read_bytes()
     except OSError:
         return None
+    from autograder import referee  # the draw of the hidden inputs is the client's (its course secret)
+    draw = referee.draw_for(referee.course_secret(course.root), entry.student_id, entry.assignment, entry.path)
     return {"student_id": entry.student_id, "assignment": entry.assignment, "student_name": entry.student_name,
             "notes": list(entry.notes), "notebook": data, "limits": dataclasses.asdict(limits),
-            "sandbox": sandbox, "course_hash": want_hash}
+            "sandbox": sandbox, "course_hash": want_hash, "draw": draw}
 
 
 class BadResult(ValueError):
@@ -223,6 +225,8 @@ def outcome_from(res, entry: Entry, course: Course) -> Outcome:
     for k in ("score", "max_score", "wall_s"):
         if not _number(d[k]):
             raise BadResult(f"{k} is a {type(d[k]).__name__}")
+    if type(d["hidden_draw"]) is not int:
+        raise BadResult(f"hidden_draw is a {type(d['hidden_draw']).__name__}")
     if not (isinstance(d["notes"], list) and all(isinstance(n, str) for n in d["notes"])):
         raise BadResult("notes is not a list of str")
     if not (isinstance(d["review"], list) and all(isinstance(r, str) for r in d["review"])):

@@ -14,7 +14,9 @@ import warnings
 
 import nbformat
 
-from coursekit.checks import CheckFailed, collect, get, verdict
+from coursekit.checks import HIDDEN_IDS, CheckFailed, collect, get, load_all, verdict
+from coursekit.checks.remote import Loopback
+from coursekit.checks.seeded import salted
 from course import cells
 from course.release import ROOT
 
@@ -25,6 +27,9 @@ def _quiet():
             warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
+
+
+load_all()
 
 
 def _notebook(folder: str, assignment: str):
@@ -69,12 +74,21 @@ def code_ns(assignment: str, code: str, name: str = "<fixture>") -> dict:
     return ns
 
 
-def outcome(grade_id: str, ns: dict) -> str | None:
-    """None when the check passes, else its failure message (what the student would read)."""
+#: the draw the hidden checks run with here (the course grader draws one per submission)
+DRAW = 424242
+
+
+def outcome(grade_id: str, ns: dict, draw: int = DRAW) -> str | None:
+    """None when the check passes, else its failure message (what the student would read).
+
+    A hidden check runs as the course grader runs it: its probe here, the student's code answering
+    through the referee's encoding (:class:`coursekit.checks.remote.Loopback`), inputs of ``draw``."""
     check = get(grade_id)
-    with _quiet():
+    hidden = grade_id in HIDDEN_IDS
+    with _quiet(), salted(draw if hidden else 0):
         try:
-            verdict(check, collect(check, ns))
+            target = Loopback(ns, draw, check.forbidden_ops).namespace() if hidden else ns
+            verdict(check, collect(check, target))
         except CheckFailed as e:
             return str(e)
     return None

@@ -3,8 +3,11 @@
 A submission (``LEAKER``) tries every way to read them from inside the sandbox: ``open()`` on the
 files (their path from ``PYTHONPATH`` and from ``course.__file__``), ``glob`` under that folder,
 ``inspect.getsource`` of a hidden probe (from :data:`coursekit.checks.REGISTRY`),
-``linecache.getlines`` of its file, the module's loader's ``get_source``, and the traceback of a
-hidden probe that fails; whatever it gets it prints and raises as the cell's error. Graded both ways
+``linecache.getlines`` of its file, the module's loader's ``get_source``, the traceback of a
+hidden probe that fails, ``sys.modules`` and the registry, and every function and module the
+garbage collector knows; whatever it gets it prints and raises as the cell's error. The hidden
+checks' probes run in the grader (``autograder/referee.py``), so nothing of them is there to find:
+no module, no registered check, no code object. Graded both ways
 a submission runs (a one-off sandbox per submission, and a grading slot's zygote forking a child
 per submission, into an nbgrader course with nbgrader's own feedback afterwards), each attempt
 must come back empty, and no non-trivial line of ``course/hidden/*.py`` may appear in any output:
@@ -30,7 +33,7 @@ from tools.fixture_class import release_dict, solved_dict, with_code
 
 pytestmark = [pytest.mark.autograder, pytest.mark.slow]
 A, NB = "01_layernorm", "layernorm"
-ATTEMPTS = ("open", "glob", "getsource", "linecache", "loader", "traceback")
+ATTEMPTS = ("open", "glob", "getsource", "linecache", "loader", "traceback", "modules", "gc")
 
 LEAKER = r'''
 import glob, inspect, linecache, os, sys, traceback
@@ -113,6 +116,25 @@ for p in HIDDEN_PROBES:
         except BaseException as e:  # the lines a traceback shows of the hidden checks' own frames
             got += "".join((f.line or "") + "\n" for f in traceback.extract_tb(e.__traceback__) if f.filename in FILES)
 LayerNorm.attempt = leak("traceback", got)
+# %% added cell
+import gc, types
+got = ""
+for name in list(sys.modules):
+    if name.startswith("course.hidden"):
+        got += f"found the hidden module {name} in sys.modules\n"
+for gid in ("layernorm_hard_rows", "layernorm_shift_scale_invariance", "layernorm_tuple_shape", "layernorm_gradients"):
+    if gid in REGISTRY:
+        got += f"found the hidden check {gid} in the registry\n"
+LayerNorm.attempt = leak("modules", got)
+# %% added cell
+got = ""
+for o in gc.get_objects():
+    if isinstance(o, types.FunctionType) and ("hidden" in o.__code__.co_filename
+                                               or str(getattr(o, "__module__", "")).startswith("course.hidden")):
+        got += f"found a function of the hidden checks: {o.__qualname__} in {o.__code__.co_filename}\n"
+    elif isinstance(o, types.ModuleType) and o.__name__.startswith("course.hidden"):
+        got += f"found the hidden module {o.__name__} by the garbage collector\n"
+LayerNorm.attempt = leak("gc", got)
 '''
 
 
@@ -185,7 +207,8 @@ def _assert_each_attempt_got_nothing(cell_errors: list[dict]):
     for how in ATTEMPTS:
         assert f"NOTHING {how}" in said, (how, said[:3000])
     assert "LEAK" not in said
-    assert "(0 hidden probes)" not in said  # the hidden checks were there to try
+    # nothing of the hidden checks is in the sandbox at all: the grader's referee runs them
+    assert "(0 hidden probes)" in said
 
 
 def test_a_one_off_sandbox_gives_no_hidden_source(tmp_path):

@@ -225,9 +225,9 @@ class Answerer:
         from coursekit.checks.seeded import salted
 
         name = request["helper"]
-        args = untag(request["args"], self._object)
-        kwargs = untag(request["kwargs"], self._object)
         try:
+            args = untag(request["args"], self._object)
+            kwargs = untag(request["kwargs"], self._object)
             with salted(int(request.get("salt") or 0)), torch.set_grad_enabled(bool(request.get("grad", True))):
                 if name == "has":
                     value = args[0] in self.ns
