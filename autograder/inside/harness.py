@@ -167,6 +167,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                  for gid, c in checks.REGISTRY.items()}
     except Exception as e:  # noqa: BLE001 -- the course package itself is broken: every test reports it
         load_error = f"the course's checks could not be imported: {type(e).__name__}: {e}"
+    answer_parts = _answer_parts()  # the refereed tests' machinery, looked up before any student code
     blocked = _block_ops(job.get("block_ops") or [])
 
     from IPython.core.interactiveshell import InteractiveShell
@@ -207,7 +208,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
             signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, test_s)
             try:
-                _answer(shell.user_ns, frozenset(step.get("watch") or ()), lines, send, n)
+                _answer(shell.user_ns, frozenset(step.get("watch") or ()), lines, send, n, answer_parts)
             except BaseException:  # noqa: BLE001 -- the alarm between requests: the grader sees the end
                 pass
             finally:
@@ -349,39 +350,44 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
             send(pack_value({"error": f"{type(e).__name__}: {str(e)[:500]}"}))
 
 
-def _answer(ns, watch, lines, send, n):
-    """A refereed test (``autograder/referee.py``): say ``ready``, then answer each request
-    (``{"op": "ask", "data": <a wire frame, base64>}``) with one frame, until ``{"op": "end"}``.
-    Each request runs one of the course's remotable helpers (``coursekit.checks.remote.HELPERS``,
-    and nothing else) on the notebook's globals, under the op recorder of the ``watch`` ops,
-    prints and warnings kept out; objects that are not data stay here, behind a handle, until the
-    end of the test."""
+def _answer_parts():
     import base64
     import contextlib
     import io
 
     from coursekit.checks import wire
     from coursekit.checks.ops import OpRecorder
-    from coursekit.checks.remote import Answerer
+    from coursekit.checks.remote import HELPERS, Answerer
+    return (base64.b64decode, contextlib.redirect_stdout, contextlib.redirect_stderr, io.StringIO, wire.frame_sizes,
+            wire.unpack_value, wire.pack_value, wire.pack, OpRecorder, Answerer, dict(HELPERS))
 
-    answerer = Answerer(ns)
-    send(wire.pack({"event": "ready", "n": n, "ok": True}))
+
+def _answer(ns, watch, lines, send, n, parts):
+    """A refereed test (``autograder/referee.py``): say ``ready``, then answer each request
+    (``{"op": "ask", "data": <a wire frame, base64>}``) with one frame, until ``{"op": "end"}``.
+    Each request runs one of the course's remotable helpers (``coursekit.checks.remote.HELPERS``,
+    and nothing else) on the notebook's globals, under the op recorder of the ``watch`` ops,
+    prints and warnings kept out; objects that are not data stay here, behind a handle, until the
+    end of the test."""
+    (b64decode, redirect_stdout, redirect_stderr, StringIO, frame_sizes, unpack_value, pack_value, pack,
+     OpRecorder, Answerer, helpers) = parts
+    answerer = Answerer(ns, helpers)
+    send(pack({"event": "ready", "n": n, "ok": True}))
     while True:
         req = lines.next()
         if req is None or req.get("op") != "ask":
             return
-        frame = base64.b64decode(req["data"])
-        nh, nb = wire.frame_sizes(frame[:8])
-        request = wire.unpack_value(frame[8:8 + nh], frame[8 + nh:8 + nh + nb])
-        with OpRecorder(active=bool(watch)) as rec, \
-                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        frame = b64decode(req["data"])
+        nh, nb = frame_sizes(frame[:8])
+        request = unpack_value(frame[8:8 + nh], frame[8 + nh:8 + nh + nb])
+        with OpRecorder(active=bool(watch)) as rec, redirect_stdout(StringIO()), redirect_stderr(StringIO()):
             reply = answerer.answer(request)
         reply["ops"] = sorted(rec.seen & watch)
         try:
-            out = wire.pack_value(reply)
+            out = pack_value(reply)
         except Exception as e:  # noqa: BLE001 -- a value that cannot travel (too large, too deep)
-            out = wire.pack_value({"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": "",
-                                   "ops": reply["ops"]})
+            out = pack_value({"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": "",
+                              "ops": reply["ops"]})
         send(out)
 
 

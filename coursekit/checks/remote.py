@@ -207,8 +207,10 @@ class Answerer:
     :attr:`objects`, under the id their handle carries; they are dropped at the end of the test.
     """
 
-    def __init__(self, ns):
+    def __init__(self, ns, helpers=None):
         self.ns, self.objects = ns, {0: ns}  # id 0: the namespace (the referee's RemoteNamespace)
+        #: the functions it may run: the harness passes the table as it was before any student code ran
+        self.helpers = HELPERS if helpers is None else helpers
 
     def _handle_of(self, obj):
         ident = len(self.objects) + 1
@@ -237,8 +239,8 @@ class Answerer:
                     value = args[0](*args[1:], **kwargs)
                 elif name == "method":
                     value = getattr(args[0], args[1])(*args[2:], **kwargs)
-                elif name in HELPERS:
-                    value = HELPERS[name](*args, **kwargs)
+                elif name in self.helpers:
+                    value = self.helpers[name](*args, **kwargs)
                 else:
                     raise CheckFailed(f"the grader asked for {name!r}, which the course does not have")
             return {"ok": True, "value": tag(value, self._handle_of)}
