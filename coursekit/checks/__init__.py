@@ -58,6 +58,13 @@ HIDDEN_MODULES = (
 class CheckFailed(AssertionError):
     """A check's verdict: the message says what is wrong, in the student's terms."""
 
+    def _render_traceback_(self):
+        """What IPython shows for it instead of a traceback (JupyterLab, Colab and VS Code through
+        ipykernel, nbconvert and nbgrader too): the verdict alone. The frames would be the course's
+        own (``run``, ``verdict``, the judge), none of them the student's; where the student's code
+        raised is in the message already (``explain_error``)."""
+        return [f"{type(self).__name__}: {self}"]
+
 
 @dataclass
 class Check:
