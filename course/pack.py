@@ -11,6 +11,7 @@ a line of a solution, a hidden check's grade id, or the instructor's packages.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -111,6 +112,11 @@ cell, then restart the runtime.
 """
 
 
+#: the time every file of the pack and of its wheel carries (2026-01-01 UTC): a build is a function
+#: of the sources, so two builds of one commit give the same bytes
+EPOCH = 1767225600
+
+
 def build_wheel(dest: Path) -> Path:
     """``coursekit`` alone as a wheel in ``dest`` (pip, offline: no build isolation)."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -120,8 +126,9 @@ def build_wheel(dest: Path) -> Path:
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         deps = "[" + ", ".join(f'"{d}"' for d in REQUIRES) + "]"
         (src / "pyproject.toml").write_text(PYPROJECT.format(version=coursekit.__version__, deps=deps))
+        env = dict(os.environ, SOURCE_DATE_EPOCH=str(EPOCH))  # the wheel's timestamps: the same bytes every build
         proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                               "--quiet", "-w", str(dest), str(src)], capture_output=True, text=True)
+                               "--quiet", "-w", str(dest), str(src)], capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             raise RuntimeError(f"building the coursekit wheel failed:\n{proc.stdout}\n{proc.stderr}")
     return dest / WHEEL
@@ -193,14 +200,14 @@ def build(zip_path: Path = ZIP) -> Path:
                            rows=rows, first=f"{nbs[0].parent.name}/{nbs[0].name}")
     zip_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = zip_path.with_suffix(".tmp")
+    members = [("student-pack/README.md", readme.encode()), (f"student-pack/{WHEEL}", wheel.read_bytes())]
+    members += [(f"student-pack/{nb.parent.name}/{nb.name}", nb.read_bytes()) for nb in nbs]
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-        info = zipfile.ZipInfo("student-pack/README.md", date_time=time.localtime()[:6])
-        info.external_attr = 0o100644 << 16  # a regular file, rw-r--r--, like the others (writestr: 0600)
-        info.compress_type = zipfile.ZIP_DEFLATED
-        z.writestr(info, readme)
-        z.write(wheel, f"student-pack/{WHEEL}")
-        for nb in nbs:
-            z.write(nb, f"student-pack/{nb.parent.name}/{nb.name}")
+        for name, data in members:  # fixed order, time and mode: the same bytes from the same sources
+            info = zipfile.ZipInfo(name, date_time=time.gmtime(EPOCH)[:6])
+            info.external_attr = 0o100644 << 16  # a regular file, rw-r--r--
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
     found = leaks(tmp)
     if found:
         tmp.unlink()

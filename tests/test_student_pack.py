@@ -183,3 +183,16 @@ def test_notebooks_name_the_selfcheck_and_link_the_published_book():
                 assert u.startswith(base + "/chapters/") and u.endswith(".html"), u
                 page = u[len(base) + 1:-len(".html")] + ".md"
                 assert (ROOT / page).is_file(), u
+
+
+def test_two_builds_of_one_commit_give_the_same_bytes(built, tmp_path):
+    """Fixed order, timestamps and modes in the pack and in its wheel: a rebuild changes nothing."""
+    import time
+    time.sleep(1.1)  # a zip's timestamps have 2-second steps: a rebuild in the same second proves less
+    again = pack.build(tmp_path / "student-pack.zip")
+    assert again.read_bytes() == built.read_bytes()
+    with zipfile.ZipFile(built) as z:
+        assert {i.date_time for i in z.infolist()} == {time.gmtime(pack.EPOCH)[:6]}
+        wheel = next(n for n in z.namelist() if n.endswith(".whl"))
+        with zipfile.ZipFile(io.BytesIO(z.read(wheel))) as w:
+            assert len({i.date_time for i in w.infolist()}) == 1
