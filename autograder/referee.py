@@ -38,8 +38,15 @@ def hidden_ids() -> frozenset:
 
 
 def refereed(grade_id: str) -> bool:
-    """Whether the referee runs this test's probe (its code and cases stay out of the sandbox)."""
-    return grade_id in hidden_ids()
+    """Whether the referee runs this test: every test but the benchmarks (timed by the grader from
+    outside, :mod:`autograder.outside`). A hidden test's probe runs here, a visible one's in the
+    sandbox, whole (:func:`refereed_check`)."""
+    from coursekit.checks import get
+    hidden_ids()
+    try:
+        return get(grade_id).kind != "benchmark"
+    except KeyError:
+        return False
 
 
 def draw(run_seed: str, *parts: str) -> int:
@@ -91,12 +98,27 @@ class Link:
 def run(grade_id: str, stdin, ch, timeout: float, *, salt: int = 0) -> dict:
     """Probe ``grade_id`` from here, the student's code answering in the sandbox; the record, as
     :func:`coursekit.checks.collect` makes it. A broken conversation raises :class:`Closed`."""
-    from coursekit.checks import collect, get
+    from coursekit.checks import collect
     from coursekit.checks.seeded import salted
 
     link = Link(stdin, ch, salt, time.monotonic() + timeout)
     with salted(salt):
-        return collect(get(grade_id), namespace(link))
+        return collect(refereed_check(grade_id), namespace(link))
+
+
+def refereed_check(grade_id: str):
+    """The check as the referee runs it: a hidden check's own probe, here (its calls of the student's
+    code go to the sandbox); a visible check's probe, whole, in the sandbox (its code is public), its
+    result coming back as data. Either way the record, and the verdict, are made here."""
+    import dataclasses
+    import functools
+
+    from coursekit.checks import get
+    from coursekit.checks.remote import whole_probe
+    check = get(grade_id)
+    if grade_id in hidden_ids():
+        return check
+    return dataclasses.replace(check, probe=functools.partial(whole_probe, grade_id))
 
 
 def course_secret(root) -> str:

@@ -16,6 +16,7 @@ import nbformat
 
 from coursekit.checks import HIDDEN_IDS, CheckFailed, collect, get, load_all, verdict
 from coursekit.checks.remote import Loopback
+from autograder.referee import refereed_check
 from coursekit.checks.seeded import salted
 from course import cells
 from course.release import ROOT
@@ -81,14 +82,19 @@ DRAW = 424242
 def outcome(grade_id: str, ns: dict, draw: int = DRAW) -> str | None:
     """None when the check passes, else its failure message (what the student would read).
 
-    A hidden check runs as the course grader runs it: its probe here, the student's code answering
-    through the referee's encoding (:class:`coursekit.checks.remote.Loopback`), inputs of ``draw``."""
+    A check runs as the course grader's referee runs it (:class:`coursekit.checks.remote.Loopback`,
+    the pipe's encoding): a hidden check's probe here, the student's code answering its calls, on
+    inputs of ``draw``; a visible check's probe whole on the notebook's side. Benchmarks run here."""
     check = get(grade_id)
     hidden = grade_id in HIDDEN_IDS
     with _quiet(), salted(draw if hidden else 0):
         try:
-            target = Loopback(ns, draw, check.forbidden_ops).namespace() if hidden else ns
-            verdict(check, collect(check, target))
+            if check.kind == "benchmark":
+                record = collect(check, ns)
+            else:
+                record = collect(refereed_check(grade_id), Loopback(ns, draw if hidden else 0,
+                                                                    check.forbidden_ops).namespace())
+            verdict(check, record)
         except CheckFailed as e:
             return str(e)
     return None

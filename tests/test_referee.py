@@ -31,13 +31,16 @@ HIDDEN = sorted(HIDDEN_IDS)
 _solution = functools.cache(solution_ns)
 
 
-def test_every_hidden_check_belongs_to_an_exercise_and_is_refereed():
+def test_every_test_but_the_benchmarks_is_refereed():
     assert len(HIDDEN) >= 20
     for gid in HIDDEN:
         assert gid in OWNER, gid
         assert referee.refereed(gid)
-    visible = [g for g in OWNER if g not in HIDDEN_IDS]
-    assert visible and not any(referee.refereed(g) for g in visible)
+    for gid in OWNER:
+        assert referee.refereed(gid) == (get(gid).kind != "benchmark"), gid
+    visible = [g for g in OWNER if g not in HIDDEN_IDS and get(g).kind != "benchmark"]
+    assert visible and all(referee.refereed_check(g).probe is not get(g).probe for g in visible)
+    assert all(referee.refereed_check(g).probe is get(g).probe for g in HIDDEN)
 
 
 @pytest.mark.parametrize("draw", [1, 977, 2 ** 40 + 3, 123456789])
@@ -141,7 +144,9 @@ def test_a_refereed_test_in_the_plan_names_what_it_needs_and_watches():
     st = _test_step({"kind": "test", "grade_id": "layernorm_hard_rows", "index": 3})
     assert st["refereed"] is True and st["needs"] == ["LayerNorm"] and "native_layer_norm" in st["watch"]
     st = _test_step({"kind": "test", "grade_id": "layernorm_matches_torch", "index": 1})
-    assert not st.get("refereed")
+    assert st["refereed"] is True
+    st = _test_step({"kind": "test", "grade_id": "layernorm_benchmark", "index": 7})
+    assert not st.get("refereed") and st["served"] is True
 
 
 def test_a_check_failed_inside_a_helper_keeps_its_message():

@@ -357,9 +357,9 @@ def _answer_parts():
 
     from coursekit.checks import wire
     from coursekit.checks.ops import OpRecorder
-    from coursekit.checks.remote import HELPERS, Answerer
+    from coursekit.checks.remote import Answerer, answer_table
     return (base64.b64decode, contextlib.redirect_stdout, contextlib.redirect_stderr, io.StringIO, wire.frame_sizes,
-            wire.unpack_value, wire.pack_value, wire.pack, OpRecorder, Answerer, dict(HELPERS))
+            wire.unpack_value, wire.pack_value, wire.pack, OpRecorder, Answerer, answer_table())
 
 
 def _answer(ns, watch, lines, send, n, parts):

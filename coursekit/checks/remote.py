@@ -186,6 +186,25 @@ def manual_seed(ns, seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def answer_table() -> dict:
+    """What the notebook's side may run for the referee: the remotable helpers, and each registered
+    check's own probe under ``probe:<grade id>`` (a visible check's probe is public code: the referee
+    asks for it whole, and its result comes back as data). The harness takes this table before any
+    student code runs."""
+    from coursekit.checks import REGISTRY, load_all
+    load_all()
+    return {**HELPERS, **{f"probe:{gid}": c.probe for gid, c in REGISTRY.items()}}
+
+
+def whole_probe(grade_id: str, ns):
+    """The probe of a check whose probe runs whole where the student's code is (the referee's side
+    of ``probe:<grade id>``; in the notebook, simply that probe)."""
+    if isinstance(ns, Remote):
+        return ns._link.ask(f"probe:{grade_id}", [ns], {})
+    from coursekit.checks import get
+    return get(grade_id).probe(ns)
+
+
 class StudentRaised(Exception):
     """The student's code raised in the sandbox: the record says what, as a local raise would."""
 
@@ -263,7 +282,7 @@ class Loopback:
     gives the record the course grader's referee would get from a sandbox running ``ns``."""
 
     def __init__(self, ns, salt: int = 0, watch=frozenset()):
-        self.answerer, self.salt, self.watch = Answerer(ns), salt, frozenset(watch)
+        self.answerer, self.salt, self.watch = Answerer(ns, answer_table()), salt, frozenset(watch)
         self.ops: set = set()
 
     def namespace(self) -> RemoteNamespace:
