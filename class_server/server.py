@@ -177,7 +177,15 @@ def ensure_accounts(people: list[dict], group: str) -> dict[str, str]:
             run("chpasswd", input=f"{u}:{password}\n")
             created[u] = password
         home = Path(pwd.getpwnam(u).pw_dir)
-        os.chmod(home, 0o700)
+        try:  # the user's own folder: changed through a descriptor, never through a link
+            fd = os.open(home, _NOFOLLOW_DIR)
+        except OSError as e:
+            log(f"{u}'s home {home} left as it is ({e.strerror}: not a folder, or a symbolic link)")
+        else:
+            try:
+                os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
         if p["role"] == "instructor":
             run("usermod", "-a", "-G", group, u)
         else:  # a student removed from the instructors keeps no access to the course
@@ -405,7 +413,19 @@ def make_exchange(class_dir: Path, group: str, first_instructor: str) -> Path:
         mine.mkdir()
     except FileExistsError:
         pass
-    secure_chown(mine, pwd.getpwnam(first_instructor).pw_uid, grp.getgrnam(group).gr_gid, 0o2775, folder=True)
+    uid, gid = pwd.getpwnam(first_instructor).pw_uid, grp.getgrnam(group).gr_gid
+    secure_chown(mine, uid, gid, 0o2775, folder=True)
+    # inbound/ as nbgrader's release_assignment makes it for a shared course (students write, do not
+    # list; setgid: each submission gets the instructors' group), plus the sticky bit: a student who
+    # learns another's folder name still cannot remove or rename it. release_assignment keeps the
+    # mode of an inbound/ that exists.
+    inbound = mine / "inbound"
+    try:
+        os.mkdir(inbound)
+        secure_chown(inbound, uid, gid, 0o3773, folder=True)
+    except FileExistsError:
+        st = os.lstat(inbound)
+        secure_chown(inbound, st.st_uid, gid, 0o3773, folder=True)
     return exchange
 
 

@@ -394,10 +394,10 @@ def klass(tmp_path_factory):
         assert not Path(info["state"]["profile"]).exists() if "state" in info else True
 
 
-def _sh(klass, user: str, script: str, *args: str, cwd: Path | None = None, ok: bool = True):
+def _sh(klass, user: str, script: str, *args: str, cwd: Path | None = None, ok: bool = True, timeout: float = 300):
     from class_server.server import as_user
 
-    proc = as_user(user, ["sh", "-c", script, "-", *args], klass["class_dir"], cwd=cwd, timeout=300)
+    proc = as_user(user, ["sh", "-c", script, "-", *args], klass["class_dir"], cwd=cwd, timeout=timeout)
     if ok:
         assert proc.returncode == 0, f"{user}: {script}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
@@ -453,6 +453,8 @@ def test_up_never_follows_a_link_the_instructors_or_students_can_write(klass):
     # and with everything back in place, `up` works again
     again()
     assert stat.S_IMODE(os.lstat(course / "gradebook.db").st_mode) == 0o660
+    # inbound/: students write, do not list, and (sticky) cannot remove or rename another's folder
+    assert stat.S_IMODE(os.lstat(exchange / "resnorm" / "inbound").st_mode) == 0o3773
 
 
 @pytest.fixture(scope="module")
@@ -485,8 +487,8 @@ def handed_in(klass):
     return k
 
 
-def _collect(k) -> str:
-    proc = _sh(k, k["teach"], f"nbgrader collect --update {A}", cwd=k["course"])
+def _collect(k, timeout: float = 300) -> str:
+    proc = _sh(k, k["teach"], f"nbgrader collect --update {A}", cwd=k["course"], timeout=timeout)
     return proc.stdout + proc.stderr
 
 
@@ -535,6 +537,20 @@ def test_collect_refuses_a_folder_made_in_another_students_name(handed_in):
     out = _collect(k)
     assert k["submitted"][k["alice"]].read_bytes() == k["alice_real"]
     assert f in out and f"belongs to {k['mallory']}" in out, out[-3000:]
+
+
+@pytest.mark.hub
+def test_collect_refuses_a_fifo_and_does_not_hang(handed_in):
+    """A fifo in place of the notebook: stock collect opens it to copy it and waits for a writer forever."""
+    k = handed_in
+    folder = f"{k['mallory']}+{A}+{(_now() + datetime.timedelta(seconds=3)).strftime(UTC_FMT)}+fifo"
+    _sh(k, k["mallory"], 'set -e; d="$1/$2"; mkdir "$d"; printf %s "$3" > "$d/timestamp.txt"; '
+        'printf x > "$d/submission_secret.txt"; mkfifo "$d/layernorm.ipynb"', str(k["inbound"]), folder,
+        folder.split("+")[2], cwd=k["homes"][k["mallory"]])
+    k["forged"].append(folder)
+    out = _collect(k, timeout=120)
+    assert folder in out and "layernorm.ipynb is not a regular file" in out, out[-3000:]
+    assert k["submitted"][k["mallory"]].read_bytes() == k["mallory_real"]
 
 
 @pytest.mark.hub
