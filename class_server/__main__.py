@@ -29,7 +29,7 @@ def main(argv=None) -> int:
             info = up(a.roster, a.dir, ip=a.ip, port=a.port, group=a.group)
             print(info["url"])
         else:
-            down(a.dir, remove_users=a.remove_users, purge=a.purge)
+            down(a.dir, remove_users=a.remove_users, purge=a.purge)  # says what it did, on stderr
     except ClassError as e:
         print(f"class_server: {e}", file=sys.stderr)
         return 2

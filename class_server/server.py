@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import grp
+import io
 import json
 import os
 import pwd
@@ -15,6 +16,7 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -45,6 +47,70 @@ def run(*argv: str, **kw) -> subprocess.CompletedProcess:
     if proc.returncode != 0:
         raise ClassError(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
     return proc
+
+
+# ------------------------------------------------------------------------------------------------
+# Root's file operations in folders that others can write
+# ------------------------------------------------------------------------------------------------
+# ``course/`` is writable by the instructors' group, ``exchange/`` by everyone: in there, root never
+# follows a path by name. It opens what it changes with O_NOFOLLOW and changes the descriptor
+# (fchown, fchmod), checks what it opened (a regular file with one link, or a folder), writes new
+# files in ``hub/`` (root's, 0700) and renames them into place (a rename replaces a link; it never
+# writes through it), and moves old trees out to ``hub/`` before deleting them.
+
+_NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NOFOLLOW_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def secure_chown(path: Path, uid: int, gid: int, mode: int, folder: bool = False) -> None:
+    """``chown uid:gid path; chmod mode path`` on ``path`` itself, never on what a link there points
+    at: a folder, or a regular file with no other hard link; anything else is a :class:`ClassError`."""
+    try:
+        fd = os.open(path, _NOFOLLOW_DIR if folder else _NOFOLLOW_FILE)
+    except OSError as e:
+        raise ClassError(f"{path}: not changed, it is not a {'folder' if folder else 'regular file'} "
+                         f"({e.strerror}; a symbolic link?): remove it and run `up` again") from None
+    try:
+        st = os.fstat(fd)
+        if not folder and not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
+            raise ClassError(f"{path}: not changed, it is not a regular file with one link "
+                             f"(links: {st.st_nlink}): remove it and run `up` again")
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def replace_file(dest: Path, data: str, uid: int, gid: int, mode: int, staging: Path) -> None:
+    """Write ``dest`` as a new file: written in ``staging`` (root's), owned and moded there, then
+    renamed over whatever ``dest`` was (a link there is replaced, not followed)."""
+    staging.mkdir(mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=staging, prefix=dest.name + ".")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(data)
+            os.fchown(f.fileno(), uid, gid)
+            os.fchmod(f.fileno(), mode)
+        os.rename(tmp, dest)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise ClassError(f"{dest}: could not be replaced ({e})") from None
+
+
+def put_in_place(staged: Path, dest: Path, staging: Path) -> None:
+    """Move ``staged`` (made in root's ``staging``) to ``dest``: whatever is at ``dest`` (a file, a
+    folder, a link: never followed) is first moved into ``staging`` and deleted there."""
+    trash = Path(tempfile.mkdtemp(dir=staging, prefix="old."))
+    try:
+        os.rename(dest, trash / "old")
+    except FileNotFoundError:
+        pass
+    try:
+        os.rename(staged, dest)
+    except OSError as e:
+        raise ClassError(f"{dest}: something was put there while `up` replaced it ({e}); run `up` again") from None
+    finally:
+        shutil.rmtree(trash, ignore_errors=True)  # rmtree never follows links out of the tree
 
 
 # ------------------------------------------------------------------------------------------------
@@ -111,7 +177,15 @@ def ensure_accounts(people: list[dict], group: str) -> dict[str, str]:
             run("chpasswd", input=f"{u}:{password}\n")
             created[u] = password
         home = Path(pwd.getpwnam(u).pw_dir)
-        os.chmod(home, 0o700)
+        try:  # the user's own folder: changed through a descriptor, never through a link
+            fd = os.open(home, _NOFOLLOW_DIR)
+        except OSError as e:
+            log(f"{u}'s home {home} left as it is ({e.strerror}: not a folder, or a symbolic link)")
+        else:
+            try:
+                os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
         if p["role"] == "instructor":
             run("usermod", "-a", "-G", group, u)
         else:  # a student removed from the instructors keeps no access to the course
@@ -271,7 +345,8 @@ def build_env(class_dir: Path) -> Path:
 # ------------------------------------------------------------------------------------------------
 
 def _share_with_group(path: Path, gid: int) -> None:
-    """root:<instructors>, group read/write, setgid folders, nothing for others."""
+    """root:<instructors>, group read/write, setgid folders, nothing for others. Only on a tree in
+    root's ``hub/staging`` (nobody else can put a link in it while this runs)."""
     for d, dirs, files in os.walk(path):
         os.chown(d, 0, gid)
         os.chmod(d, 0o2770)
@@ -285,34 +360,44 @@ def _share_with_group(path: Path, gid: int) -> None:
 def make_course(class_dir: Path, group: str, exchange: Path) -> Path:
     """The instructors' course directory. The instructors' material (``nbgrader_config.py``,
     ``solutions/``, ``exercises/``) is copied once and then theirs; the grader's code (``autograder/``,
-    ``course/``, ``coursekit/``) is this checkout's at every ``up``, like the students' coursekit."""
+    ``course/``, ``coursekit/``) is this checkout's at every ``up``, like the students' coursekit.
+    The instructors can write the course: each item is made in ``hub/staging`` (root's), given its
+    owner and modes there, and renamed into place (:func:`put_in_place`)."""
     course = class_dir / "course"
     gid = grp.getgrnam(group).gr_gid
+    staging = class_dir / "hub" / "staging"
+    staging.mkdir(mode=0o700, exist_ok=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
     first = not course.exists()
     if first:
         log(f"copying the course into {course}")
-        course.mkdir()
+        course.mkdir(mode=0o700)
+    if course.is_symlink() or not course.is_dir():
+        raise ClassError(f"{course} is not a folder")
     for name in COURSE_FILES:
-        src, dst = ROOT / name, course / name
-        if name in CODE:
-            shutil.rmtree(dst, ignore_errors=True)
-        elif not first:
+        src = ROOT / name
+        if name not in CODE and not first:
             continue
-        shutil.copytree(src, dst, ignore=ignore) if src.is_dir() else shutil.copy(src, dst)
+        work = Path(tempfile.mkdtemp(dir=staging, prefix="new."))
+        staged = work / name
+        shutil.copytree(src, staged, ignore=ignore) if src.is_dir() else shutil.copy(src, staged)
         if name == "nbgrader_config.py":
-            with open(dst, "a") as f:
+            with open(staged, "a") as f:
                 f.write("\n# The class server (python -m class_server up): this course's exchange, shared by its\n"
                         "# instructors (files nbgrader writes are group-writable).\n"
                         f"c.Exchange.root = {str(exchange)!r}\n"
                         "c.CourseDirectory.groupshared = True\n")
-        if dst.is_dir():
-            _share_with_group(dst, gid)
+        if staged.is_dir():
+            _share_with_group(staged, gid)
         else:
-            os.chown(dst, 0, gid)
-            os.chmod(dst, 0o660)
-    os.chown(course, 0, gid)
-    os.chmod(course, 0o2770)
+            os.chown(staged, 0, gid)
+            os.chmod(staged, 0o660)
+        try:
+            put_in_place(staged, course / name, staging)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    os.chown(course, 0, gid, follow_symlinks=False)
+    os.chmod(course, 0o2770)  # course/ is in CLASS_DIR (root's, 0755): nobody else can swap it
     return course
 
 
@@ -323,10 +408,24 @@ def make_exchange(class_dir: Path, group: str, first_instructor: str) -> Path:
     exchange.mkdir(exist_ok=True)
     os.chown(exchange, 0, 0)
     os.chmod(exchange, 0o1777)
-    mine = exchange / COURSE_ID
-    mine.mkdir(exist_ok=True)
-    os.chown(mine, pwd.getpwnam(first_instructor).pw_uid, grp.getgrnam(group).gr_gid)
-    os.chmod(mine, 0o2775)
+    mine = exchange / COURSE_ID  # in a folder everyone writes: what is there may be anyone's link
+    try:
+        mine.mkdir()
+    except FileExistsError:
+        pass
+    uid, gid = pwd.getpwnam(first_instructor).pw_uid, grp.getgrnam(group).gr_gid
+    secure_chown(mine, uid, gid, 0o2775, folder=True)
+    # inbound/ as nbgrader's release_assignment makes it for a shared course (students write, do not
+    # list; setgid: each submission gets the instructors' group), plus the sticky bit: a student who
+    # learns another's folder name still cannot remove or rename it. release_assignment keeps the
+    # mode of an inbound/ that exists.
+    inbound = mine / "inbound"
+    try:
+        os.mkdir(inbound)
+        secure_chown(inbound, uid, gid, 0o3773, folder=True)
+    except FileExistsError:
+        st = os.lstat(inbound)
+        secure_chown(inbound, st.st_uid, gid, 0o3773, folder=True)
     return exchange
 
 
@@ -351,13 +450,45 @@ def write_jupyter_config(class_dir: Path, course: Path, exchange: Path) -> Path:
         f"c.CourseDirectory.root = {str(course)!r}\n"
         f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
         f"c.Exchange.root = {str(exchange)!r}\n"
-        "c.CourseDirectory.groupshared = True\n")
+        "c.CourseDirectory.groupshared = True\n"
+        "# collect only what is the student's own (autograder/nbgrader_collect.py; also in the course's\n"
+        "# nbgrader_config.py, which a course made before it may lack)\n"
+        "c.ExchangeFactory.collect = 'autograder.nbgrader_collect.CheckedCollect'\n"
+        "c.ExchangeFactory.release_feedback = 'autograder.nbgrader_feedback.ReleaseFeedback'\n")
     (etc / "instructor" / "labconfig" / "page_config.json").write_text(json.dumps({"disabledExtensions": QUIET}))
     for d, _, files in os.walk(etc):
         os.chmod(d, 0o755)
         for f in files:
             os.chmod(Path(d) / f, 0o644)
     return etc
+
+
+PROFILE_DIR = Path("/etc/profile.d")
+
+
+def write_profile(state: dict) -> Path:
+    """``/etc/profile.d/class_server-<group>.sh``: a login shell of a member of the instructors'
+    group (``su - INSTRUCTOR``, ssh) gets what the hub gives the instructors' servers: the class's
+    Python first on PATH, the course's code on PYTHONPATH, the instructors' Jupyter config.
+    ``down`` removes it."""
+    profile = PROFILE_DIR / f"class_server-{state['group']}.sh"
+    venv_bin = str(Path(state["venv"]) / "bin")
+    profile.write_text(
+        f"# The class server in {Path(state['course']).parent} (python -m class_server up; `down` removes this file):\n"
+        f"# the instructors ({state['group']}) get the class's Python and the course's nbgrader config.\n"
+        f'case " $(id -Gn 2>/dev/null) " in\n'
+        f'  *" {state["group"]} "*)\n'
+        f'    PATH="{venv_bin}:$PATH"\n'
+        f'    PYTHONPATH="{state["course"]}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f'    JUPYTER_CONFIG_PATH="{Path(state["etc"]) / "instructor"}"\n'
+        f"    OMP_NUM_THREADS=1\n"
+        f"    export PATH PYTHONPATH JUPYTER_CONFIG_PATH OMP_NUM_THREADS\n"
+        f"    ;;\n"
+        f"esac\n")
+    os.chmod(profile, 0o644)
+    state["profile"] = str(profile)
+    (Path(state["course"]).parent / "hub" / "class.json").write_text(json.dumps(state, indent=1))
+    return profile
 
 
 def lock_checkout() -> int | None:
@@ -395,6 +526,16 @@ def _hub_pid(class_dir: Path) -> int | None:
 
 def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, group: str = "resnorm-instructors",
        wait: float = 180) -> dict:
+    """Lay out the class (:func:`prepare`) and start JupyterHub."""
+    class_dir = class_dir.resolve()
+    state = prepare(roster, class_dir, ip=ip, port=port, group=group)
+    return start_hub(class_dir, state, wait=wait)
+
+
+def prepare(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000,
+            group: str = "resnorm-instructors") -> dict:
+    """Everything ``up`` does but start the hub: accounts, the class's Python, the exchange, the
+    course, the Jupyter config, the instructors' profile. Returns the class's state (class.json)."""
     if os.geteuid() != 0:
         raise ClassError("run as root: it creates unix accounts and starts a server for each user as that user")
     if not PROXY.exists():
@@ -425,7 +566,7 @@ def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, g
         pw_file = class_dir / "passwords.csv"
         new = not pw_file.exists()
         with open(os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a", newline="") as f:
-            w = csv.writer(f)
+            w = csv.writer(f, lineterminator="\n")  # LF: `cut -d, -f2` gives the password, no \r
             if new:
                 w.writerow(["id", "password"])
             w.writerows(created.items())
@@ -447,20 +588,29 @@ def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, g
     shutil.copy(HERE / "jupyterhub_config.py", hub / "jupyterhub_config.py")
 
     # Names in the formgrader: the roster's students, in the course's gradebook (as an instructor).
-    ros = course / "roster.csv"
-    with open(ros, "w", newline="") as f:
-        w = csv.DictWriter(f, ["id", "first_name", "last_name", "email"], extrasaction="ignore")
-        w.writeheader()
-        w.writerows(p for p in people if p["role"] == "student")
-    os.chown(ros, 0, grp.getgrnam(group).gr_gid)
-    os.chmod(ros, 0o660)
+    # The instructors can write course/: roster.csv is written anew and renamed over whatever is
+    # there, gradebook.db is changed only through a descriptor opened without following links.
+    gid = grp.getgrnam(group).gr_gid
+    rows = io.StringIO()
+    w = csv.DictWriter(rows, ["id", "first_name", "last_name", "email"], extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    w.writerows(p for p in people if p["role"] == "student")
+    replace_file(course / "roster.csv", rows.getvalue(), 0, gid, 0o660, hub / "staging")
+    gradebook = course / "gradebook.db"  # every instructor writes it (the formgrader, the grader)
+    if os.path.lexists(gradebook) and not stat.S_ISREG(os.lstat(gradebook).st_mode):
+        raise ClassError(f"{gradebook} is not a regular file (a symbolic link?): not touched; remove it "
+                         f"(or put the real gradebook there) and run `up` again")
     proc = as_user(instructors[0], ["nbgrader", "db", "student", "import", "roster.csv"], class_dir, cwd=course)
     if proc.returncode != 0:
         raise ClassError(f"nbgrader db student import failed:\n{proc.stdout}{proc.stderr}")
-    gradebook = course / "gradebook.db"  # every instructor writes it (the formgrader, the grader)
-    os.chown(gradebook, -1, grp.getgrnam(group).gr_gid)
-    os.chmod(gradebook, 0o660)
+    secure_chown(gradebook, -1, gid, 0o660)
+    write_profile(state)
+    return state
 
+
+def start_hub(class_dir: Path, state: dict, wait: float = 180) -> dict:
+    hub, venv, ip, port = class_dir / "hub", Path(state["venv"]), state["ip"], state["port"]
+    instructors, students = state["instructors"], state["students"]
     logf = open(hub / "jupyterhub.log", "a")
     env = {"PATH": os.pathsep.join([str(venv / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
            "LANG": "C.UTF-8", "HOME": "/root"}
@@ -534,16 +684,27 @@ def user_pids(uids: set[int]) -> list[int]:
     return pids
 
 
-def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeout: float = 30) -> None:
+def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeout: float = 30) -> list[str]:
     """Stop the hub (which stops every user's server), then every process left of the class's
-    users; optionally remove the accounts ``up`` created, and the whole class folder."""
+    users; optionally remove the accounts ``up`` created, and the whole class folder. Says what it
+    did, one line each (on stderr), and returns those lines."""
+    done = []
+
+    def said(msg: str) -> None:
+        done.append(msg)
+        log(msg)
+
     class_dir = class_dir.resolve()
     state_file = class_dir / "hub" / "class.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    if not state:
+        said(f"no class in {class_dir} (no hub/class.json)")
     pid = _hub_pid(class_dir)
     if pid:
         _kill_group(pid, timeout)
-        log(f"stopped jupyterhub (pid {pid})")
+        said(f"stopped jupyterhub (pid {pid}) and the users' servers it started")
+    elif state:
+        said(f"jupyterhub was not running from {class_dir}")
     (class_dir / "hub" / "up.pid").unlink(missing_ok=True)
     uids = set()
     for u in state.get("instructors", []) + state.get("students", []):
@@ -552,6 +713,7 @@ def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeo
         except KeyError:
             pass
     uids.discard(0)
+    killed = set()
     for _ in range(3):
         pids = user_pids(uids)
         if not pids:
@@ -559,10 +721,37 @@ def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeo
         for p in pids:
             try:
                 os.kill(p, signal.SIGKILL)
+                killed.add(p)
             except ProcessLookupError:
                 pass
         time.sleep(0.5)
+    if killed:
+        said(f"killed {len(killed)} process{'' if len(killed) == 1 else 'es'} left of the class's users")
+    profile = state.get("profile")
+    if profile and os.path.lexists(profile):
+        os.unlink(profile)
+        said(f"removed the instructors' profile {profile}")
     if remove_users:
-        remove_accounts(state.get("created_users", []), state.get("created_group"))
+        users = [u for u in state.get("created_users", []) if user_exists(u)]
+        remove_accounts(users, state.get("created_group"))
+        said(f"removed {len(users)} account{'' if len(users) == 1 else 's'} `up` had created, with their homes"
+             + (f": {', '.join(users)}" if users else ""))
+        if state.get("created_group"):
+            said(f"removed the group {state['created_group']}")
+        checkout, mode = state.get("checkout"), state.get("checkout_mode")
+        left = [u for u in state.get("students", []) if user_exists(u)]
+        if checkout and mode is not None and left:
+            said(f"{checkout} stays readable by its owner only: {len(left)} of the class's students still "
+                 f"have accounts (not made by `up`)")
+        elif checkout and mode is not None and Path(checkout).is_dir():
+            os.chmod(checkout, mode)
+            said(f"gave {checkout} its mode back ({mode:o}; `up` had made it {0o700:o} while the class's accounts existed)")
+    elif state.get("checkout_mode") is not None:
+        said(f"{state.get('checkout')} stays readable by its owner only while the class's accounts exist "
+             f"(--remove-users gives it its mode back, {state['checkout_mode']:o})")
     if purge:
         shutil.rmtree(class_dir, ignore_errors=True)
+        said(f"deleted {class_dir} (the course, its gradebook, the exchange, the class's Python)")
+    elif state:
+        said(f"kept {class_dir} (the course, its gradebook, the exchange): `up` brings the class back; --purge deletes it")
+    return done

@@ -25,6 +25,7 @@ of each step: _build/artifacts/hub/.
 from __future__ import annotations
 
 import csv
+import datetime
 import json
 import os
 import pwd
@@ -118,6 +119,10 @@ def test_a_class_on_one_server(tmp_path, driver):
         uids = [pwd.getpwnam(u).pw_uid for u in (teach, alice, bob) if server.user_exists(u)]
         down = cli("down", "--remove-users", "--purge", timeout=90)
         assert down.returncode == 0, down.stderr[-3000:]
+        if hub_pid is not None:  # `down` says what it did
+            for said in ("stopped jupyterhub", "removed 3 accounts", "removed the instructors' profile",
+                         f"deleted {class_dir}"):
+                assert said in down.stderr, down.stderr
         server.remove_accounts([u for u in (teach, alice, bob) if server.user_exists(u)], None)  # if `up` failed early
         subprocess.run(["groupdel", f"rnh{tag}-instructors"], capture_output=True)
         assert not server.user_pids(set(uids)), "processes of the class's users survived `down`"
@@ -345,3 +350,278 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
     assert proc.returncode != 0
     proc = sh(bob, "python", "-c", "import coursekit, torch; print(coursekit.__file__)")  # the student pack's runtime
     assert proc.stdout.startswith(str(class_dir / "venv"))
+
+
+# ------------------------------------------------------------------------------------------------
+# What a student, or an instructor, could do to the others (issue 25): real accounts, the real
+# exchange commands, the class laid out by `up` (without starting the hub: server.prepare).
+# ------------------------------------------------------------------------------------------------
+
+UTC_FMT = "%Y-%m-%d %H:%M:%S.%f UTC"  # nbgrader's Exchange.timestamp_format
+
+
+@pytest.fixture(scope="module")
+def klass(tmp_path_factory):
+    from class_server import server
+
+    if os.geteuid() != 0:
+        pytest.skip("real unix accounts: run as root")
+    if not server.PROXY.exists():
+        pytest.fail(f"{server.PROXY} is missing: `make class-server-deps`", pytrace=False)
+    tag = secrets.token_hex(2)
+    teach, alice, bob, mallory = (f"rnx{tag}_{n}" for n in ("teach", "alice", "bob", "mallory"))
+    group = f"rnx{tag}-instructors"
+    roster = tmp_path_factory.mktemp("klass") / "roster.csv"
+    roster.write_text("id,first_name,last_name,email,role\n" f"{teach},Ada,Teacher,,instructor\n"
+                      + "".join(f"{s},{s[-3:]},S,,student\n" for s in (alice, bob, mallory)))
+    class_dir = Path(f"/srv/rnx{tag}-class")
+    checkout_mode = stat.S_IMODE(ROOT.stat().st_mode)
+    targets = [Path(f"/etc/rnx{tag}-{n}") for n in ("roster-target", "gradebook-target", "dir-target")]
+    info = {"tag": tag, "teach": teach, "alice": alice, "bob": bob, "mallory": mallory, "group": group,
+            "roster": roster, "class_dir": class_dir, "targets": targets}
+    try:
+        info["state"] = server.prepare(roster, class_dir, port=_free_port(), group=group)
+        yield info
+    finally:
+        os.chmod(ROOT, checkout_mode)
+        said = server.down(class_dir, remove_users=True, purge=True)
+        server.remove_accounts([u for u in (teach, alice, bob, mallory) if server.user_exists(u)], None)
+        subprocess.run(["groupdel", group], capture_output=True)
+        for t in targets:
+            subprocess.run(["rm", "-rf", str(t)])
+        assert any("removed 4 accounts" in line for line in said), said
+        assert not class_dir.exists() and not any(server.user_exists(u) for u in (teach, alice, bob, mallory))
+        assert not Path(info["state"]["profile"]).exists() if "state" in info else True
+
+
+def _sh(klass, user: str, script: str, *args: str, cwd: Path | None = None, ok: bool = True, timeout: float = 300):
+    from class_server.server import as_user
+
+    proc = as_user(user, ["sh", "-c", script, "-", *args], klass["class_dir"], cwd=cwd, timeout=timeout)
+    if ok:
+        assert proc.returncode == 0, f"{user}: {script}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def _fingerprint(p: Path) -> tuple:
+    st = os.lstat(p)
+    return (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), p.read_bytes() if p.is_file() else None)
+
+
+@pytest.mark.hub
+def test_up_never_follows_a_link_the_instructors_or_students_can_write(klass):
+    """An instructor who replaces course/roster.csv or course/gradebook.db with a symbolic link to a
+    root-owned file, or the course's folder in the exchange with one to a root-owned folder, gets
+    nothing from the next `up`: the targets keep their owner, mode and bytes."""
+    from class_server import server
+
+    teach, course = klass["teach"], Path(klass["state"]["course"])
+    exchange = Path(klass["state"]["exchange"])
+    roster_t, gradebook_t, dir_t = klass["targets"]
+    roster_t.write_text("root's own file\n")
+    roster_t.chmod(0o644)
+    gradebook_t.write_bytes(b"")
+    gradebook_t.chmod(0o644)
+    dir_t.mkdir(mode=0o755)
+    before = {t: _fingerprint(t) for t in klass["targets"]}
+
+    def again(**kw):
+        return server.prepare(klass["roster"], klass["class_dir"], port=_free_port(), group=klass["group"], **kw)
+
+    # roster.csv: replaced by a new file (the link itself is replaced), the target untouched
+    _sh(klass, teach, 'ln -sf "$1" roster.csv', str(roster_t), cwd=course)
+    again()
+    assert _fingerprint(roster_t) == before[roster_t]
+    ros = course / "roster.csv"
+    assert not ros.is_symlink() and ros.is_file() and klass["alice"] in ros.read_text()
+    assert (os.lstat(ros).st_uid, stat.S_IMODE(os.lstat(ros).st_mode)) == (0, 0o660)
+
+    # gradebook.db: refused with a message, the target untouched
+    _sh(klass, teach, 'mv gradebook.db gradebook.db.real && ln -s "$1" gradebook.db', str(gradebook_t), cwd=course)
+    with pytest.raises(server.ClassError, match="gradebook.db is not a regular file"):
+        again()
+    assert _fingerprint(gradebook_t) == before[gradebook_t]
+    _sh(klass, teach, "rm gradebook.db && mv gradebook.db.real gradebook.db", cwd=course)
+
+    # the course's folder in the exchange (the first instructor's, in a folder everyone writes)
+    _sh(klass, teach, 'mv resnorm resnorm.real && ln -s "$1" resnorm', str(dir_t), cwd=exchange)
+    with pytest.raises(server.ClassError, match="resnorm: not changed"):
+        again()
+    assert _fingerprint(dir_t) == before[dir_t]
+    _sh(klass, teach, "rm resnorm && mv resnorm.real resnorm", cwd=exchange)
+
+    # and with everything back in place, `up` works again
+    again()
+    assert stat.S_IMODE(os.lstat(course / "gradebook.db").st_mode) == 0o660
+    # inbound/: students write, do not list, and (sticky) cannot remove or rename another's folder
+    assert stat.S_IMODE(os.lstat(exchange / "resnorm" / "inbound").st_mode) == 0o3773
+
+
+@pytest.fixture(scope="module")
+def handed_in(klass):
+    """The instructor releases 01_layernorm; alice (the reference answers), bob and mallory (the
+    release) fetch and submit it with nbgrader's commands, as themselves; the instructor collects."""
+    from class_server.server import as_user
+
+    k = dict(klass)
+    teach, alice, bob, mallory = k["teach"], k["alice"], k["bob"], k["mallory"]
+    course, exchange = Path(k["state"]["course"]), Path(k["state"]["exchange"])
+    k.update(course=course, exchange=exchange, inbound=exchange / "resnorm" / "inbound",
+             homes={u: Path(pwd.getpwnam(u).pw_dir) for u in (alice, bob, mallory)},
+             solution=course / "solutions" / A / f"{NB}.ipynb",
+             submitted={u: course / "submitted" / u / A / f"{NB}.ipynb" for u in (alice, bob, mallory)})
+    _sh(k, teach, f"nbgrader generate_assignment {A} && nbgrader release_assignment {A}", cwd=course)
+    for s in (alice, bob, mallory):
+        _sh(k, s, f"nbgrader fetch_assignment {A} --course=resnorm", cwd=k["homes"][s])
+    solved = json.dumps(solved_dict(A))
+    assert as_user(alice, ["sh", "-c", f"cat > {A}/{NB}.ipynb"], k["class_dir"], cwd=k["homes"][alice],
+                   input=solved).returncode == 0
+    for s in (alice, bob, mallory):
+        _sh(k, s, f"nbgrader submit {A} --course=resnorm", cwd=k["homes"][s])
+    _collect(k)
+    assert json.loads(k["submitted"][alice].read_text()) == json.loads(solved)
+    k["alice_real"] = k["submitted"][alice].read_bytes()
+    k["mallory_real"] = k["submitted"][mallory].read_bytes()
+    assert b"YOUR CODE HERE" in k["mallory_real"]
+    k["forged"] = []
+    return k
+
+
+def _collect(k, timeout: float = 300) -> str:
+    proc = _sh(k, k["teach"], f"nbgrader collect --update {A}", cwd=k["course"], timeout=timeout)
+    return proc.stdout + proc.stderr
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _forge(k, name: str, when: datetime.datetime, link: Path | None = None, secret: bool = True,
+           student: str | None = None) -> str:
+    """As mallory: a folder in inbound/ as nbgrader submit makes one, named for ``student`` (herself
+    by default), holding her fetched notebook or a symbolic link ``link`` in its place."""
+    folder = f"{student or k['mallory']}+{A}+{when.strftime(UTC_FMT)}+{name}"
+    script = ('set -e; d="$1/$2"; mkdir "$d"; printf %s "$3" > "$d/timestamp.txt"; '
+              'if [ "$4" = 1 ]; then printf forged > "$d/submission_secret.txt"; fi; '
+              'if [ -n "$5" ]; then ln -s "$5" "$d/layernorm.ipynb"; else cp "$6" "$d/layernorm.ipynb"; fi')
+    _sh(k, k["mallory"], script, str(k["inbound"]), folder, when.strftime(UTC_FMT), "1" if secret else "0",
+        str(link or ""), f"{A}/{NB}.ipynb", cwd=k["homes"][k["mallory"]])
+    k["forged"].append(folder)
+    return folder
+
+
+@pytest.mark.hub
+@pytest.mark.slow
+def test_collect_refuses_a_link_to_the_solutions(handed_in):
+    k = handed_in
+    f = _forge(k, "link-to-solutions", _now(), link=k["solution"])
+    out = _collect(k)
+    assert k["submitted"][k["mallory"]].read_bytes() == k["mallory_real"] != k["solution"].read_bytes()
+    assert f in out and "layernorm.ipynb is a symbolic link" in out, out[-3000:]
+
+
+@pytest.mark.hub
+def test_collect_refuses_a_link_to_another_students_submission(handed_in):
+    k = handed_in
+    f = _forge(k, "link-to-alice", _now() + datetime.timedelta(seconds=1), link=k["submitted"][k["alice"]])
+    out = _collect(k)
+    assert k["submitted"][k["mallory"]].read_bytes() == k["mallory_real"] != k["alice_real"]
+    assert f in out and "symbolic link" in out, out[-3000:]
+
+
+@pytest.mark.hub
+def test_collect_refuses_a_folder_made_in_another_students_name(handed_in):
+    """mallory makes a folder named for alice, without a secret: alice's work stays hers."""
+    k = handed_in
+    f = _forge(k, "as-alice", _now() + datetime.timedelta(seconds=2), secret=False, student=k["alice"])
+    out = _collect(k)
+    assert k["submitted"][k["alice"]].read_bytes() == k["alice_real"]
+    assert f in out and f"belongs to {k['mallory']}" in out, out[-3000:]
+
+
+@pytest.mark.hub
+def test_collect_refuses_a_fifo_and_does_not_hang(handed_in):
+    """A fifo in place of the notebook: stock collect opens it to copy it and waits for a writer forever."""
+    k = handed_in
+    folder = f"{k['mallory']}+{A}+{(_now() + datetime.timedelta(seconds=3)).strftime(UTC_FMT)}+fifo"
+    _sh(k, k["mallory"], 'set -e; d="$1/$2"; mkdir "$d"; printf %s "$3" > "$d/timestamp.txt"; '
+        'printf x > "$d/submission_secret.txt"; mkfifo "$d/layernorm.ipynb"', str(k["inbound"]), folder,
+        folder.split("+")[2], cwd=k["homes"][k["mallory"]])
+    k["forged"].append(folder)
+    out = _collect(k, timeout=120)
+    assert folder in out and "layernorm.ipynb is not a regular file" in out, out[-3000:]
+    assert k["submitted"][k["mallory"]].read_bytes() == k["mallory_real"]
+
+
+@pytest.mark.hub
+def test_a_time_in_the_future_hides_no_real_submission(handed_in):
+    """Folders with a time ten years ahead, in alice's name and in mallory's own; then each submits
+    for real: each one's latest real submission is collected."""
+    k = handed_in
+    alice, mallory = k["alice"], k["mallory"]
+    future = _now() + datetime.timedelta(days=3650)
+    f_alice, f_own = _forge(k, "future-as-alice", future, student=alice), _forge(k, "future-own", future)
+    for s in (alice, mallory):
+        _sh(k, s, f"nbgrader submit {A} --course=resnorm", cwd=k["homes"][s])
+    out = _collect(k)
+    assert f_alice in out and f_own in out and "forged time" in out, out[-3000:]
+    for s in (alice, mallory):  # the latest folder the student made as themselves, by nbgrader submit
+        real = [p for p in k["inbound"].iterdir() if p.name.startswith(f"{s}+") and p.name not in k["forged"]]
+        latest = max(real, key=lambda p: p.name.split("+")[2])
+        got = (k["course"] / "submitted" / s / A / "timestamp.txt").read_text()
+        assert got == latest.name.split("+")[2], (s, got, latest.name)
+    assert k["submitted"][alice].read_bytes() == k["alice_real"]  # her resubmission: the same notebook
+    for f in k["forged"]:  # nothing of a refused folder was collected
+        for p in (k["course"] / "submitted").rglob("timestamp.txt"):
+            assert p.read_text() != f.split("+")[2], (f, p)
+
+
+@pytest.mark.hub
+def test_release_feedback_skips_a_malformed_folder_and_releases_the_others(handed_in):
+    """A feedback folder without submission_secret.txt (mallory's): everyone else's feedback is
+    released and fetched, and the command fails naming that folder."""
+    from nbgrader.utils import notebook_hash
+
+    k = handed_in
+    course, exchange = k["course"], k["exchange"]
+    pages = {}
+    for s in (k["alice"], k["bob"], k["mallory"]):
+        fb = course / "feedback" / s / A
+        page = f"<html><body>feedback for {s}</body></html>"
+        sub = course / "submitted" / s / A
+        script = ('set -e; mkdir -p "$1"; printf %s "$2" > "$1/layernorm.html"; cp "$3/timestamp.txt" "$1/"; '
+                  'if [ "$4" = 1 ]; then cp "$3/submission_secret.txt" "$1/"; fi')
+        _sh(k, k["teach"], script, str(fb), page, str(sub), "0" if s == k["mallory"] else "1", cwd=course)
+        if s != k["mallory"]:
+            pages[s] = (notebook_hash(secret=(sub / "submission_secret.txt").read_text(), notebook_id=NB), page)
+    proc = _sh(k, k["teach"], f"nbgrader release_feedback {A}", cwd=course, ok=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]  # it says so ...
+    assert "Released the feedback of everyone else" in out, out[-3000:]
+    assert str(course / "feedback" / k["mallory"] / A) in out, out[-3000:]
+    for s, (checksum, page) in pages.items():  # ... after releasing everyone else's
+        assert (exchange / "resnorm" / "feedback" / f"{checksum}.html").read_text() == page
+        _sh(k, s, f"nbgrader fetch_feedback {A} --course=resnorm", cwd=k["homes"][s])
+        assert [p.read_text() for p in (k["homes"][s] / A / "feedback").rglob(f"{NB}.html")] == [page]
+
+
+@pytest.mark.hub
+def test_the_instructors_shell(klass):
+    """`su - INSTRUCTOR` gets the class's Python and the course's config (the profile `up` writes);
+    passwords.csv has LF line endings."""
+    state = klass["state"]
+    pw = (klass["class_dir"] / "passwords.csv").read_bytes()
+    assert b"\r" not in pw and pw.startswith(b"id,password\n")
+    assert len(pw.splitlines()) == 5
+    profile = Path(state["profile"])
+    assert profile.is_file() and stat.S_IMODE(profile.stat().st_mode) == 0o644
+    proc = subprocess.run(["su", "-", klass["teach"], "-c",
+                           'command -v nbgrader; echo "$PYTHONPATH"; cd "$0" && nbgrader db student list', state["course"]],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == str(Path(state["venv"]) / "bin" / "nbgrader") and lines[1].startswith(state["course"])
+    assert klass["alice"] in proc.stdout  # the roster's students, in the course's gradebook
+    proc = subprocess.run(["su", "-", klass["alice"], "-c", 'command -v nbgrader || echo none; echo "$PYTHONPATH"'],
+                          capture_output=True, text=True, timeout=60)
+    assert state["course"] not in proc.stdout  # a student's shell does not get the course
