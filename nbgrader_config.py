@@ -9,11 +9,16 @@ validate, autograde, formgrader, export) works here as it stands:
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 
 c = get_config()  # noqa: F821 -- injected by nbgrader
 
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+# The exchange classes named below are the course's own (autograder/): importable by whatever
+# nbgrader runs this file, the course's .venv or another one, without installing the course.
+if c.CourseDirectory.root not in sys.path:
+    sys.path.insert(0, c.CourseDirectory.root)
 c.CourseDirectory.course_id = "resnorm"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
