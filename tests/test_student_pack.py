@@ -196,3 +196,13 @@ def test_two_builds_of_one_commit_give_the_same_bytes(built, tmp_path):
         wheel = next(n for n in z.namelist() if n.endswith(".whl"))
         with zipfile.ZipFile(io.BytesIO(z.read(wheel))) as w:
             assert len({i.date_time for i in w.infolist()}) == 1
+
+
+def test_every_place_that_gives_the_install_line_gives_its_fallback_after_it():
+    """The exercise pages (book.build.runtime_install), the intro and the pack's README: the line
+    first, then the one that gives up on a blocked index within seconds."""
+    from book.build import runtime_install
+    page = runtime_install()
+    assert page.index(pack.PIP_LINE) < page.index(pack.PIP_LINE_QUICK)
+    intro = (ROOT / "chapters" / "intro.md").read_text()
+    assert "--timeout 15 --retries 1" in intro
