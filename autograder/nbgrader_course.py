@@ -303,7 +303,9 @@ def build_notebook(release_path: Path, student_path: Path | None, outcome, gb_in
     # No total here: nbgrader's own header (the feedback page's "Score") adds the manual grades and
     # any late penalty, and a total written into this cell would go stale after grading by hand.
     summary = [f"status: {STATUS_TEXT.get(outcome.status, outcome.status)}",
-               "autograded tests (the total, with any manual grades and late penalty, is nbgrader's score):"]
+               "autograded tests (the total, with any manual grades and late penalty, is nbgrader's score):",
+               "  (the grader's points when it ran; where an instructor changed a test's points by hand, the",
+               "  score nbgrader shows beside that test is the one that counts)"]
     summary += [f"  {t.points:g} / {t.max_points:g}  {t.grade_id}" for t in outcome.tests]
     if outcome.message:
         summary.append(outcome.message)
