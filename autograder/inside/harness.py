@@ -203,6 +203,9 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     shell = InteractiveShell.instance(colors="NoColor")
     shell.user_ns["__name__"] = "__main__"
     shell.enable_gui = lambda gui=None: None  # %matplotlib inline: plots go nowhere (MPLBACKEND=Agg)
+    # a module the notebook writes into its working folder (``%%writefile helper.py``) imports as in
+    # Jupyter; last on the path, so a file written there never hides an installed module
+    sys.path.append(os.getcwd())
     cell_s = float(job.get("cell_s", 120))
     error_chars = int(job.get("cell_error_chars", 300))  # autograder.protocol.CELL_ERROR_CHARS
     test_s = float(job.get("test_s", max(cell_s, 120)))
