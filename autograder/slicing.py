@@ -11,9 +11,17 @@ and the cells the student added (scratch cells). When grading:
   or ``with`` target), when it writes into a needed object of the student's (``LayerNorm.eps =
   1e-5``, ``cache["k"] = v``, ``cache.update(...)``, ``setattr(LayerNorm, ...)``), or when it calls
   a function of the student's with a needed object that the function can write into. A compound
-  statement (``if``, ``for``, ``try``...) runs whole or not at all. Everything else in an added
-  cell (prints, asserts, comparisons with torch, plots, timing, test functions that nothing graded
-  calls, magics, shell escapes) does not run.
+  statement (``if``, ``for``, ``try``...) runs whole or not at all. A star import runs when graded
+  code reads a name that nothing binds (it may bind it; it is not graded code itself). A
+  ``%%writefile NAME.py`` cell runs whole when graded code imports ``NAME``; the file's statements
+  are graded code (``Statement.module``), and the row says when such a cell did not run.
+  Everything else in an added cell (prints, asserts, comparisons with torch, plots, timing, test
+  functions that nothing graded calls, other magics, shell escapes) does not run.
+
+Slicing is linear in the code's size (a worklist over an index of which statements bind or write
+each name) and stops at a deadline (:class:`PlanningTimeout`); a cell nested deeper than
+:data:`MAX_NESTING`, or with more magics for its length than IPython can rewrite in seconds
+(:data:`MAX_ESCAPE_WORK`), cannot be read.
 
 A name is *needed* when it is one of the contract's names (``shared/CONTRACT.md``: ``LayerNorm``,
 ``FusedAddRMSNorm``...), or when code that is needed reads it (a function's free global names,
@@ -540,6 +548,7 @@ def slice_cells(cells: list[Cell], contract: frozenset | None = None, deadline: 
     seeds = frozenset(needed)  # the contract's names: those of other exercises are bound by nothing
     todo = deque(needed)
     written_needed: set[str] = set()
+    kept: set[int] = set()  # star imports that run (see below)
     pending: list[Statement] = []  # statements of needed files whose imports are still to follow
 
     def need_modules(st: Statement) -> None:
@@ -571,13 +580,19 @@ def slice_cells(cells: list[Cell], contract: frozenset | None = None, deadline: 
             if not st.graded:
                 mark(st)
         if stars and name not in bound_anywhere and name not in PREDEFINED and name not in seeds:
-            for st in stars:  # graded code reads a name nothing binds: a star import may (each of them)
-                if not st.graded:
-                    mark(st)
+            # graded code reads a name nothing binds: a star import may, so each of them runs (and
+            # what its statement reads is needed). It is not graded code itself: a forbidden name
+            # that graded code reads costs wherever it comes from (autograder.scan.costs)
+            for st in stars:
+                kept.add(id(st))
+                for g in free_globals([st.node]):
+                    if g not in needed:
+                        needed.add(g)
+                        todo.append(g)
             stars = []
     sl.needed = frozenset(needed)
     for s in sl.statements:
-        s.runs = sl.cells[s.cell].kind in ("locked", "answer") or s.graded
+        s.runs = sl.cells[s.cell].kind in ("locked", "answer") or s.graded or id(s) in kept
     by_cell: dict[int, list[Statement]] = {}
     for s in sl.statements:
         by_cell.setdefault(s.cell, []).append(s)

@@ -514,3 +514,11 @@ def test_a_star_import_graded_code_needs_nothing_from_does_not_run():
     assert runs([LN], ["from math import *\nprint(pi)\n"]) == [""]  # LN reads builtins and torch only
     assert runs([with_forward("(x - mu) * torch.rsqrt(var + self.eps) * scale", "scale = 1.0\n")],
                 ["from math import *\n"]) == [""]  # every name graded code reads is bound
+
+
+def test_a_kept_star_import_costs_only_through_the_names_graded_code_reads():
+    uses_relu = with_forward("relu(x - mu) * torch.rsqrt(var + self.eps)")
+    uses_norm = with_forward("layer_norm(x, self.normalized_shape, eps=self.eps)")
+    star = "from torch.nn.functional import *\n"
+    assert runs([uses_relu], [star]) == [star] and costs([uses_relu], [star]) == []
+    assert costs([uses_norm], [star]) == ["layer_norm (answer cell layernorm_impl, line 13)"]
