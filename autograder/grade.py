@@ -143,6 +143,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     steps = [dict(st, served=st["grade_id"] in SERVED) if st["kind"] == "test" else st for st in plan.steps]
     device = served_device()  # the served benchmarks' device: the harness and the grader's clock agree on it
     job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block, "bench_device": device}
+    if plan.slice is not None and plan.slice.written:  # %%writefile modules the notebook imports
+        job["modules"] = list(plan.slice.written)
     if not (sandbox and slots is not None):  # one-off: the hidden checks go with the job (a slot's zygote has them)
         job["hidden"] = hidden_code(course.root / "course")
     step_s = max(limits.cell_s, 120.0) + protocol.STEP_GRACE_S

@@ -421,6 +421,7 @@ class GradedSlice:
     unreadable: dict = field(default_factory=dict)  # cell index -> why it cannot be read
     runs: list = field(default_factory=list)  # cell index -> the source that runs ("" for nothing)
     notes: list = field(default_factory=list)  # what the student should know about the slice (for the row)
+    written: list = field(default_factory=list)  # modules %%writefile cells that run write (harness imports them)
 
     def where(self, st_or_cell, node=None) -> str:
         """``answer cell layernorm_impl, line 12`` for a node of a statement."""
@@ -601,6 +602,7 @@ def slice_cells(cells: list[Cell], contract: frozenset | None = None, deadline: 
         in_time(deadline)
         sl.runs.append(_source_that_runs(sl, k, trees.get(k), by_cell.get(k, [])))
     sl.notes += _writefile_notes(sl, trees, written_needed)
+    sl.written = sorted({s.module for s in sl.statements if s.module is not None and s.runs})
     return sl
 
 

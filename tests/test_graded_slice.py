@@ -522,3 +522,14 @@ def test_a_kept_star_import_costs_only_through_the_names_graded_code_reads():
     star = "from torch.nn.functional import *\n"
     assert runs([uses_relu], [star]) == [star] and costs([uses_relu], [star]) == []
     assert costs([uses_norm], [star]) == ["layer_norm (answer cell layernorm_impl, line 13)"]
+
+
+def test_the_harness_imports_from_the_working_folder_only_the_modules_the_plan_says_are_written(tmp_path):
+    from autograder.inside.harness import _WorkingFolder
+    answer = "from helper import layer_norm_fn\n" + with_forward("layer_norm_fn(x, self.eps)")
+    assert sliced([answer], [HELPER]).written == ["helper"] and sliced([LN], [HELPER]).written == []
+    for name in ("helper", "triton", "json"):
+        (tmp_path / f"{name}.py").write_text("X = 1\n")
+    finder = _WorkingFolder(str(tmp_path), ["helper"])
+    assert finder.find_spec("helper").origin == str(tmp_path / "helper.py")
+    assert finder.find_spec("triton") is None and finder.find_spec("json") is None
