@@ -30,7 +30,6 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from autograder import plan as planmod
-from autograder import scan
 from autograder import protocol
 from autograder.ingest import Catalog, Entry, InputError, _grade_ids, discover
 from autograder.judge import judge_records
@@ -138,7 +137,10 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
         return zero("unreadable", str(e))
     except OSError as e:
         return zero("unreadable", f"the file could not be read: {e.strerror}")
-    plan = planmod.make_plan(course.release(entry.assignment), cells)
+    try:  # bounded: a budget of time, and code too deep to read is the student's message (unreadable)
+        plan, review = planmod.bounded_plan(course.release(entry.assignment), cells)
+    except planmod.BadNotebook as e:
+        return zero("unreadable", str(e))
     other = other_assignment(entry.path, entry.assignment, course.catalog)
     if other:  # the wrong notebook: say whose it is, not which of this assignment's cells it lacks
         o.other_assignment = other
@@ -148,7 +150,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
         o.notes.extend(n for n in plan.notes if not n.startswith("your notebook has no answer cell"))
     else:
         o.notes.extend(plan.notes)
-    o.review = scan.review(plan.slice)[:MAX_REVIEW]
+    o.review = review[:MAX_REVIEW]
 
     block = sorted(set().union(*[c.forbidden_ops for c in map(_check, [t.grade_id for t in tests]) if c]))
     from coursekit.checks.served import SERVED
@@ -158,6 +160,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     steps = [_test_step(st) if st["kind"] == "test" else st for st in plan.steps]
     device = served_device()  # the served benchmarks' device: the harness and the grader's clock agree on it
     job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block, "bench_device": device}
+    if plan.slice is not None and plan.slice.written:  # %%writefile modules the notebook imports
+        job["modules"] = list(plan.slice.written)
     step_s = max(limits.cell_s, 120.0) + protocol.STEP_GRACE_S
     # Results come back over a pipe of their own (the protocol); the harness gets its write end.
     reply_r, reply_w = os.pipe()
@@ -272,8 +276,11 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
                 try:
                     outcomes.append(fut.result())
                 except Exception as exc:  # noqa: BLE001 -- a grader bug must not stop the class
-                    outcomes.append(Outcome(e.student_id, e.assignment, e.student_name, status="error",
-                                            message=f"internal grader error: {type(exc).__name__}: {exc}"))
+                    o = Outcome(e.student_id, e.assignment, e.student_name, status="error",
+                                message=f"internal grader error: {type(exc).__name__}: {exc}")
+                    with contextlib.suppress(Exception):  # the row keeps the assignment's points
+                        o.max_score = sum(t.points for t in course.tests(e.assignment))
+                    outcomes.append(o)
                 if bar:
                     bar.set_postfix_str(f"{e.student_id}/{e.assignment}"[:40])
                     bar.update()

@@ -12,19 +12,28 @@ supplies answers.
 
 The student's file is read as plain JSON, defensively (:func:`read_student_notebook`): nbformat
 v3 (worksheets) and v4, sources as strings or lists, any junk in metadata.
+
+Planning (the plan, its graded slice and the review of it) is bounded (:func:`bounded_plan`):
+:data:`PLAN_BUDGET_S` seconds, and code nested too deep to read gives the student a message, never
+a grader error.
 """
 from __future__ import annotations
 
 import json
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.slicing import Cell, GradedSlice, slice_cells
+from autograder.slicing import Cell, GradedSlice, PlanningTimeout, slice_cells
 from course import cells as cells_
 
 MAX_NOTEBOOK_BYTES = 100 << 20  # bigger files are refused (huge outputs are fine below this)
 MAX_CODE_CHARS = 2_000_000  # all code cells together
 MAX_CELLS = 20_000
+#: seconds the grader spends working out what of one submission runs (its plan, graded slice and
+#: review) before it gives up on that submission; a few seconds at most for any honest notebook
+PLAN_BUDGET_S = 20.0
 
 
 class BadNotebook(ValueError):
@@ -62,6 +71,9 @@ def read_student_notebook(path: Path, notes: list | None = None) -> list[dict]:
     raw = path.read_bytes()
     try:
         nb = json.loads(raw.decode("utf-8-sig"))
+    except RecursionError:
+        raise BadNotebook("the notebook file's JSON nests too deep to be read (brackets hundreds of levels "
+                          "inside each other): it is not a notebook as Jupyter writes it") from None
     except UnicodeDecodeError:
         raise BadNotebook("the notebook file is not text (UTF-8): it is not a Jupyter notebook") from None
     except json.JSONDecodeError as e:
@@ -110,7 +122,9 @@ def release_cells(path: Path) -> list[dict]:
              "source": c.source, "points": cells_.points(c)} for c in nb.cells]
 
 
-def make_plan(release: list[dict], student: list[dict]) -> Plan:
+def make_plan(release: list[dict], student: list[dict], deadline: float | None = None) -> Plan:
+    """The plan for ``student``'s cells on ``release``; ``deadline`` (``time.monotonic()``): past
+    it, slicing raises :class:`autograder.slicing.PlanningTimeout`."""
     by_gid, by_id = {}, {}
     for j, c in enumerate(release):
         if c["role"] == "markdown":
@@ -175,9 +189,47 @@ def make_plan(release: list[dict], student: list[dict]) -> Plan:
     if first_answer == len(release):
         add_extra(-1)
     # Only the graded slice runs: an added cell runs the statements graded code needs, or nothing.
-    sl = slice_cells(cells)
+    sl = slice_cells(cells, deadline=deadline)
+    notes.extend(sl.notes)
     for st in steps:
         if st["kind"] == "cell":
             st["source"] = sl.runs[st.pop("cell")]
     steps = [st for st in steps if st["kind"] != "cell" or st["source"].strip()]
     return Plan(steps=steps, tests=tests, notes=notes, slice=sl)
+
+
+def bounded_plan(release: list[dict], student: list[dict], budget: float | None = None) -> tuple[Plan, list[str]]:
+    """(the plan, the review of its slice: :func:`autograder.scan.review`), worked out within
+    ``budget`` seconds (:data:`PLAN_BUDGET_S`) in a thread of its own; raises :class:`BadNotebook`,
+    with a message for the student, when it takes longer or the code nests too deep to read. Past
+    the budget the thread is left to stop at slicing's next look at the deadline."""
+    from autograder import scan
+
+    budget = PLAN_BUDGET_S if budget is None else budget
+    deadline = time.monotonic() + budget
+    box: dict = {}
+
+    def work():
+        try:
+            plan = make_plan(release, student, deadline=deadline)
+            box["done"] = (plan, scan.review(plan.slice))
+        except BaseException as e:  # noqa: BLE001 -- handed to the caller's thread
+            box["error"] = e
+
+    worker = threading.Thread(target=work, name="plan", daemon=True)
+    worker.start()
+    worker.join(budget + 0.5)
+    err = box.get("error")
+    if "done" in box:
+        return box["done"]
+    if err is None or isinstance(err, PlanningTimeout):
+        lines = sum(len(c["source"].splitlines()) for c in student)
+        raise BadNotebook(f"the grader could not work out which of your code to run within the {budget:g} s it "
+                          f"allows a notebook ({lines} lines of code in {len(student)} code cells), so none of "
+                          "it ran and every test scored 0; remove the scratch code your answers do not need "
+                          "(long generated cells) and submit again")
+    if isinstance(err, RecursionError):
+        raise BadNotebook("the grader could not read your code: it nests too deep (an expression or statement "
+                          "hundreds of levels inside another), so none of it ran and every test scored 0; "
+                          "split it into shorter steps and submit again")
+    raise err

@@ -11,9 +11,17 @@ and the cells the student added (scratch cells). When grading:
   or ``with`` target), when it writes into a needed object of the student's (``LayerNorm.eps =
   1e-5``, ``cache["k"] = v``, ``cache.update(...)``, ``setattr(LayerNorm, ...)``), or when it calls
   a function of the student's with a needed object that the function can write into. A compound
-  statement (``if``, ``for``, ``try``...) runs whole or not at all. Everything else in an added
-  cell (prints, asserts, comparisons with torch, plots, timing, test functions that nothing graded
-  calls, magics, shell escapes) does not run.
+  statement (``if``, ``for``, ``try``...) runs whole or not at all. A star import runs when graded
+  code reads a name that nothing binds (it may bind it; it is not graded code itself). A
+  ``%%writefile NAME.py`` cell runs whole when graded code imports ``NAME``; the file's statements
+  are graded code (``Statement.module``), and the row says when such a cell did not run.
+  Everything else in an added cell (prints, asserts, comparisons with torch, plots, timing, test
+  functions that nothing graded calls, other magics, shell escapes) does not run.
+
+Slicing is linear in the code's size (a worklist over an index of which statements bind or write
+each name) and stops at a deadline (:class:`PlanningTimeout`); a cell nested deeper than
+:data:`MAX_NESTING`, or with more magics for its length than IPython can rewrite in seconds
+(:data:`MAX_ESCAPE_WORK`), cannot be read.
 
 A name is *needed* when it is one of the contract's names (``shared/CONTRACT.md``: ``LayerNorm``,
 ``FusedAddRMSNorm``...), or when code that is needed reads it (a function's free global names,
@@ -33,7 +41,11 @@ so line numbers in error messages stay those of the student's cell.
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
+import re
+import time
+from collections import deque
 from dataclasses import dataclass, field
 
 #: the student's code names the graded checks look up (fallback when coursekit.checks is unavailable)
@@ -41,6 +53,20 @@ CONTRACT_NAMES = ("LayerNorm", "RMSNorm", "apply_residual_connection", "Residual
                   "TransformerStack", "rmsnorm_backward", "layernorm_backward", "FusedAddRMSNorm")
 #: cell magics whose body is Python that runs in the notebook's namespace: sliced like a cell
 INLINE_CELL_MAGICS = frozenset({"time", "capture"})
+#: cell magics that write their body into a file (``%%file`` is IPython's other name for it)
+WRITEFILE_MAGICS = frozenset({"writefile", "file"})
+#: ``%%writefile [-a] NAME.py``: the module a cell writes, when it writes one in the working folder
+WRITTEN_MODULE = re.compile(r"^\s*(?:-a\s+)?(?:\./)?([A-Za-z_][A-Za-z0-9_]*)\.py\s*$")
+#: the deepest a cell's syntax tree may nest (``x.a.a.a...``, ``a + b + ...`` one level per part):
+#: deeper code is not read (the readers of the tree recurse; honest code nests a few dozen levels)
+MAX_NESTING = 150
+#: how deep ``%%time`` cells may sit inside ``%%time`` cells
+MAX_INLINE_MAGICS = 8
+#: names every cell can read without binding them: Python's builtins and what IPython puts in the
+#: namespace; a free name of graded code outside these, that no statement binds, may come from a
+#: star import
+PREDEFINED = frozenset(dir(builtins)) | {"get_ipython", "display", "In", "Out", "_", "__", "___", "_i", "_ii",
+                                         "_iii", "_ih", "_oh", "_dh", "exit", "quit", "__builtins__"}
 #: methods through which a function can write into an object it is given
 WRITER_METHODS = frozenset({"update", "setdefault", "__setitem__", "__setattr__", "append", "extend", "insert",
                             "add", "pop", "clear", "register_buffer", "register_parameter", "add_module",
@@ -68,9 +94,32 @@ def _transformer():
     return TransformerManager()
 
 
+#: text in which IPython's token transforms change nothing: no ``!``, ``%`` or ``?`` anywhere, no
+#: line that starts with ``,``, ``;`` or ``/`` (autocall)
+_MAY_ESCAPE = re.compile(r"[!%?]|^[ \t]*[,;/]", re.M)
+#: lines IPython may rewrite, one per pass over the whole cell
+_ESCAPE_LINE = re.compile(r"^[ \t]*[!%?,;/]|=[ \t]*[!%]|\?[ \t]*$", re.M)
+#: IPython tokenizes the whole cell again for each magic or shell escape it rewrites (5 to 20 us a
+#: character on one core): (such lines) x (the cell's characters) above this is not read
+MAX_ESCAPE_WORK = 250_000
+
+
+@functools.lru_cache(maxsize=16)
 def transform(src: str) -> str:
-    """A cell's text as IPython runs it (magics become ``get_ipython()`` calls)."""
-    return _transformer().transform_cell(src)
+    """A cell's text as IPython runs it (magics become ``get_ipython()`` calls). Plain Python skips
+    IPython's tokenizing passes (they would change nothing); a cell with so many magics for its
+    length that reading it would take more than seconds raises SyntaxError."""
+    tm = _transformer()
+    if not _MAY_ESCAPE.search(src):
+        lines = (src if src.endswith("\n") else src + "\n").splitlines(keepends=True)
+        for t in tm.cleanup_transforms + tm.line_transforms:
+            lines = t(lines)
+        return "".join(lines)
+    escapes = len(_ESCAPE_LINE.findall(src))
+    if escapes * len(src) > MAX_ESCAPE_WORK:
+        raise SyntaxError(f"{escapes} lines with magics or shell escapes in a cell of {len(src)} characters, "
+                          "more than the grader reads")
+    return tm.transform_cell(src)
 
 
 def parse(src: str) -> ast.Module:
@@ -78,17 +127,65 @@ def parse(src: str) -> ast.Module:
     return ast.parse(transform(src))
 
 
+class PlanningTimeout(Exception):
+    """Planning went past its deadline (:func:`slice_cells`'s ``deadline``)."""
+
+
+def in_time(deadline: float | None) -> None:
+    """Raise :class:`PlanningTimeout` when ``deadline`` (``time.monotonic()``) has passed."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise PlanningTimeout
+
+
+def nesting(tree) -> tuple[int, int | None]:
+    """(how deep ``tree`` nests, the line where it is deepest), counted without recursion."""
+    deepest, line = 0, None
+    todo = [(tree, 0, None)]
+    while todo:
+        node, depth, at = todo.pop()
+        at = getattr(node, "lineno", at)
+        if depth > deepest:
+            deepest, line = depth, at
+        todo.extend((child, depth + 1, at) for child in ast.iter_child_nodes(node))
+    return deepest, line
+
+
+def too_deep(tree) -> str | None:
+    """Why ``tree`` is too deep for the grader to read, or None."""
+    depth, line = nesting(tree)
+    if depth <= MAX_NESTING:
+        return None
+    return (f"its code nests more than {MAX_NESTING} levels deep" + (f" at line {line}" if line else "")
+            + ", too deep for the grader to read")
+
+
+def read_cell(src: str) -> ast.Module:
+    """:func:`parse`, refusing a tree too deep to read (a SyntaxError saying so)."""
+    tree = parse(src)
+    why = too_deep(tree)
+    if why:
+        raise SyntaxError(why)
+    return tree
+
+
+def written_module(line: str) -> str | None:
+    """The module ``%%writefile LINE`` writes (``helper`` for ``helper.py``, ``-a helper.py``), or None."""
+    m = WRITTEN_MODULE.match(line)
+    return m.group(1) if m else None
+
+
 def is_get_ipython(node) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "get_ipython"
 
 
-def cell_magic(stmt) -> tuple[str, str] | None:
-    """(magic name, body) of ``get_ipython().run_cell_magic(name, line, body)``, else None."""
+def cell_magic(stmt, with_line: bool = False):
+    """(magic name, body) of ``get_ipython().run_cell_magic(name, line, body)``, else None;
+    ``with_line``: (name, line, body)."""
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         fn, args = stmt.value.func, stmt.value.args
         if isinstance(fn, ast.Attribute) and fn.attr == "run_cell_magic" and is_get_ipython(fn.value) \
                 and len(args) == 3 and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args):
-            return args[0].value, args[2].value
+            return (args[0].value, args[1].value, args[2].value) if with_line else (args[0].value, args[2].value)
     return None
 
 
@@ -313,6 +410,7 @@ class Statement:
     node: ast.stmt
     graded: bool = False  # binds or writes a needed name (the probes reach it)
     runs: bool = False
+    module: str | None = None  # the module a %%writefile cell writes this statement into (else the notebook's)
 
 
 @dataclass
@@ -322,6 +420,8 @@ class GradedSlice:
     needed: frozenset = frozenset()
     unreadable: dict = field(default_factory=dict)  # cell index -> why it cannot be read
     runs: list = field(default_factory=list)  # cell index -> the source that runs ("" for nothing)
+    notes: list = field(default_factory=list)  # what the student should know about the slice (for the row)
+    written: list = field(default_factory=list)  # modules %%writefile cells that run write (harness imports them)
 
     def where(self, st_or_cell, node=None) -> str:
         """``answer cell layernorm_impl, line 12`` for a node of a statement."""
@@ -336,82 +436,209 @@ class GradedSlice:
         return [s for s in self.statements if s.runs and self.cells[s.cell].kind != "locked"]
 
 
-def _statements(tree: ast.Module) -> list[ast.stmt]:
-    """A cell's top-level statements, the bodies of ``%%time``/``%%capture`` in place of the magic."""
+def _statements(tree: ast.Module, depth: int = 0) -> list[ast.stmt]:
+    """A cell's top-level statements, the bodies of ``%%time``/``%%capture`` in place of the magic,
+    and the body of a ``%%writefile NAME.py`` cell in place of the magic, each of its statements
+    marked with the module it writes (``_written_by``: (the magic, the module))."""
     out = []
     for stmt in tree.body:
-        magic = cell_magic(stmt)
+        magic = cell_magic(stmt, with_line=True)
         if magic and magic[0] in INLINE_CELL_MAGICS:
             try:
-                inner = parse(magic[1])
+                if depth >= MAX_INLINE_MAGICS:
+                    raise SyntaxError("magics nested too deep")
+                inner = read_cell(magic[2])
             except Exception:  # noqa: BLE001 -- the body is not Python: the magic is dropped
                 continue
-            for s in _statements(inner):
+            for s in _statements(inner, depth + 1):
                 setattr(s, "_inline_of", stmt)
+                out.append(s)
+            continue
+        module = written_module(magic[1]) if magic and magic[0] in WRITEFILE_MAGICS else None
+        if module:
+            try:
+                inner = ast.parse(magic[2])  # a .py file: plain Python, as the import reads it
+                if too_deep(inner):
+                    raise SyntaxError(too_deep(inner))
+            except Exception as e:  # noqa: BLE001 -- not Python: the file is never written
+                setattr(stmt, "_unreadable_file", (module, f"{type(e).__name__}: {getattr(e, 'msg', None) or e}"))
+                out.append(stmt)
+                continue
+            ast.increment_lineno(inner, stmt.lineno)  # line 1 of the file is the cell's line 2
+            for s in inner.body:
+                setattr(s, "_written_by", (stmt, module))
                 out.append(s)
             continue
         out.append(stmt)
     return out
 
 
-def slice_cells(cells: list[Cell], contract: frozenset | None = None) -> GradedSlice:
-    """Which statements of ``cells`` are graded code and which run (see the module's docstring)."""
+def _imported_modules(stmt) -> set[str]:
+    """The top-level module names a statement imports, anywhere in it (function bodies too)."""
+    out = set()
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.Import):
+            out |= {a.name.split(".")[0] for a in n.names}
+        elif isinstance(n, ast.ImportFrom) and not n.level and n.module:
+            out.add(n.module.split(".")[0])
+    return out
+
+
+def _has_star_import(stmt) -> bool:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return False
+    nodes, _ = direct([stmt])
+    return any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in nodes)
+
+
+def slice_cells(cells: list[Cell], contract: frozenset | None = None, deadline: float | None = None) -> GradedSlice:
+    """Which statements of ``cells`` are graded code and which run (see the module's docstring).
+
+    Linear in the size of the code: each statement's effects are read once, and a worklist of
+    needed names visits the statements that bind or write each name once. ``deadline``
+    (``time.monotonic()``): past it, :class:`PlanningTimeout` is raised.
+    """
     sl = GradedSlice(list(cells))
     trees: dict[int, ast.Module] = {}
     for k, c in enumerate(sl.cells):
+        in_time(deadline)
         try:
-            trees[k] = parse(c.source)
+            trees[k] = read_cell(c.source)
         except Exception as e:  # noqa: BLE001 -- SyntaxError, or IPython's own errors on odd input
             line = f" at line {e.lineno}" if getattr(e, "lineno", None) else ""
             sl.unreadable[k] = f"{type(e).__name__}: {getattr(e, 'msg', None) or e}{line}"
+            if c.kind == "added" and "too deep" in sl.unreadable[k]:
+                sl.notes.append(f"{c.label} did not run: {getattr(e, 'msg', None) or e}")
             continue
-        sl.statements += [Statement(k, s) for s in _statements(trees[k])]
+        for st in _statements(trees[k]):
+            wb = getattr(st, "_written_by", None)
+            sl.statements.append(Statement(k, st, module=wb[1] if wb else None))
 
-    student = [s for s in sl.statements if sl.cells[s.cell].kind != "locked"]
-    modules = module_names(sl.statements, lambda s: sl.cells[s.cell].kind != "locked")
+    is_student = lambda s: sl.cells[s.cell].kind != "locked"  # noqa: E731
+    notebook = [s for s in sl.statements if s.module is None]
+    student = [s for s in notebook if is_student(s)]
+    modules = module_names(notebook, is_student)
     functions, writes = {}, {}  # the student's functions: can write into arguments; module names they write
     for s in student:
         if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             functions[s.node.name] = functions.get(s.node.name, False) or _writes_into_arguments(s.node)
             writes.setdefault(s.node.name, set()).update(module_writes(s.node))
 
-    needed = set(contract if contract is not None else contract_names())
-    effects = {}
-    for s in student:
+    # name -> the student's statements that bind it, or write into (or hand to a function that can
+    # write into) the object it names
+    trigger: dict[str, list[Statement]] = {}
+    bound_anywhere = {n for s in notebook if not is_student(s) for n in binds(s.node)}
+    stars = []
+    for i, s in enumerate(student):
+        if i % 256 == 0:
+            in_time(deadline)
+        bound = binds(s.node)
         into, handed = _writes(s.node, functions)
-        effects[id(s)] = (binds(s.node), into | _writes_by_call(s.node, writes), handed)
-    changed = True
-    while changed:
-        changed = False
-        for s in student:
-            if s.graded:
-                continue
-            bound, into, handed = effects[id(s)]
-            if bound & needed or (into | handed) & (needed - modules):
-                s.graded = changed = True
-                needed |= free_globals([s.node])
+        into |= _writes_by_call(s.node, writes)
+        bound_anywhere |= bound
+        for name in bound | ((into | handed) - modules):
+            trigger.setdefault(name, []).append(s)
+        if _has_star_import(s.node):
+            stars.append(s)
+    files: dict[str, list[Statement]] = {}  # module -> the statements %%writefile cells write into it
+    for s in sl.statements:
+        if s.module is not None:
+            files.setdefault(s.module, []).append(s)
+
+    needed = set(contract if contract is not None else contract_names())
+    seeds = frozenset(needed)  # the contract's names: those of other exercises are bound by nothing
+    todo = deque(needed)
+    written_needed: set[str] = set()
+    kept: set[int] = set()  # star imports that run (see below)
+    pending: list[Statement] = []  # statements of needed files whose imports are still to follow
+
+    def need_modules(st: Statement) -> None:
+        for mod in _imported_modules(st.node):
+            if mod in files and mod not in written_needed:
+                written_needed.add(mod)
+                for f in files[mod]:  # the whole file is graded code, as a needed class's whole body
+                    f.graded = True
+                    pending.append(f)
+
+    def mark(st: Statement) -> None:
+        st.graded = True
+        for g in free_globals([st.node]):
+            if g not in needed:
+                needed.add(g)
+                todo.append(g)
+        need_modules(st)
+
+    n = 0
+    while todo or pending:
+        n += 1
+        if n % 256 == 0:
+            in_time(deadline)
+        if pending:
+            need_modules(pending.pop())
+            continue
+        name = todo.popleft()
+        for st in trigger.get(name, ()):
+            if not st.graded:
+                mark(st)
+        if stars and name not in bound_anywhere and name not in PREDEFINED and name not in seeds:
+            # graded code reads a name nothing binds: a star import may, so each of them runs (and
+            # what its statement reads is needed). It is not graded code itself: a forbidden name
+            # that graded code reads costs wherever it comes from (autograder.scan.costs)
+            for st in stars:
+                kept.add(id(st))
+                for g in free_globals([st.node]):
+                    if g not in needed:
+                        needed.add(g)
+                        todo.append(g)
+            stars = []
     sl.needed = frozenset(needed)
     for s in sl.statements:
-        s.runs = sl.cells[s.cell].kind in ("locked", "answer") or s.graded
-    sl.runs = [_source_that_runs(sl, k, trees.get(k)) for k in range(len(sl.cells))]
+        s.runs = sl.cells[s.cell].kind in ("locked", "answer") or s.graded or id(s) in kept
+    by_cell: dict[int, list[Statement]] = {}
+    for s in sl.statements:
+        by_cell.setdefault(s.cell, []).append(s)
+    sl.runs = []
+    for k in range(len(sl.cells)):
+        in_time(deadline)
+        sl.runs.append(_source_that_runs(sl, k, trees.get(k), by_cell.get(k, [])))
+    sl.notes += _writefile_notes(sl, trees, written_needed)
+    sl.written = sorted({s.module for s in sl.statements if s.module is not None and s.runs})
     return sl
 
 
+def _writefile_notes(sl: GradedSlice, trees: dict, written_needed: set) -> list[str]:
+    """What the row says about ``%%writefile NAME.py`` cells the student added that did not run."""
+    out = []
+    for k, tree in trees.items():
+        if sl.cells[k].kind != "added":
+            continue
+        for stmt in tree.body:
+            magic = cell_magic(stmt, with_line=True)
+            module = written_module(magic[1]) if magic and magic[0] in WRITEFILE_MAGICS else None
+            if not module:
+                continue
+            label = f"{sl.cells[k].label}: %%{magic[0]} {magic[1].strip()}"
+            if module not in written_needed:
+                out.append(f"{label} did not run: no graded code imports {module}")
+            elif hasattr(stmt, "_unreadable_file"):
+                out.append(f"{label} did not run: its code cannot be read as Python ({stmt._unreadable_file[1]})")
+    return out
+
+
 def _span(stmt) -> tuple[int, int]:
-    outer = getattr(stmt, "_inline_of", None)
+    outer = getattr(stmt, "_inline_of", None) or (getattr(stmt, "_written_by", None) or (None,))[0]
     if outer is not None:
         return outer.lineno, outer.end_lineno
     first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
     return first, stmt.end_lineno
 
 
-def _source_that_runs(sl: GradedSlice, k: int, tree) -> str:
+def _source_that_runs(sl: GradedSlice, k: int, tree, mine: list) -> str:
     cell = sl.cells[k]
     if cell.kind != "added":
         return cell.source
     if tree is None:
         return ""
-    mine = [s for s in sl.statements if s.cell == k]
     if not any(s.runs for s in mine):
         return ""
     if all(s.runs for s in mine) and not any(hasattr(s.node, "_inline_of") for s in mine):

@@ -138,7 +138,22 @@ def test_broken_files_say_what_was_wrong(graded):
     assert "v3" in rows["broken-v3_format"]["message"]
     assert "kernel" in rows["broken-wrong_kernelspec"]["message"]
     assert "my_homework" in rows["broken-renamed_notebook"]["message"]
+    assert rows["broken-deep_json"]["status"] == "unreadable" and "nests too deep" in rows["broken-deep_json"]["message"]
+    assert "cell you added 1 did not run: its code nests more than 150 levels deep" in \
+        rows["broken-deep_expression"]["message"]
     assert rows["hostile-crash_interpreter"]["status"] == "crashed"
+
+
+def test_honest_work_is_not_flagged_and_writefile_modules_and_star_imports_run(graded):
+    """Every right fixture keeps full marks with an empty review column; the %%writefile module the
+    answer imports ran (no note says it did not), and so did the star import the answer needs."""
+    rows = graded["rows"]
+    right = [c.student for c in graded["cases"] if c.kind == "right"]
+    assert {"right-writefile_helper_module", "right-star_import_math"} <= set(right)
+    for sid in right:
+        assert float(rows[sid]["score"]) == float(rows[sid]["max_score"]) > 0, (sid, rows[sid]["message"])
+        assert rows[sid]["review"] == "", (sid, rows[sid]["review"])
+        assert "did not run" not in rows[sid]["message"], (sid, rows[sid]["message"])
 
 
 def test_builtin_norm_is_named_in_the_feedback(graded):

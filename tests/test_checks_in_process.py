@@ -24,7 +24,8 @@ MARKS = {
 }
 CHECKS = {a: grade_ids(a) for a in MARKS}
 WRONG = [f for f in fixtures(ROOT / "tests" / "fixtures" / "wrong") if f.assignment in MARKS]
-RIGHT = [f for f in fixtures(ROOT / "tests" / "fixtures" / "right") if f.assignment in MARKS]
+# (a fixture with notebook syntax, such as a %%writefile cell, runs only in a kernel: the graders grade it)
+RIGHT = [f for f in fixtures(ROOT / "tests" / "fixtures" / "right") if f.assignment in MARKS and f.in_process]
 
 _solution = functools.cache(solution_ns)
 _stub = functools.cache(stub_ns)

@@ -336,3 +336,200 @@ def test_hostile_fixtures_that_reach_a_builtin_cost_or_are_flagged(name):
     fx = read_code_fixture(FIXTURES / "hostile" / f"{name}.py")
     answer, added = split_cells(fx["code"])
     assert costs([answer], added) or review([answer], added), name
+
+
+# --------------------------------------------------------------------------------------------
+# Bounded planning: linear slicing, a time budget, code and JSON too deep to read
+# --------------------------------------------------------------------------------------------
+
+def _chain(n: int) -> str:
+    return "a1 = 1\n" + "".join(f"a{i} = a{i - 1} + 1\n" for i in range(2, n + 1)) + f"LayerNorm.chain_end = a{n}\n"
+
+
+def test_a_4000_statement_chain_that_graded_code_reads_runs_whole_and_nothing_else_does():
+    sl = sliced([LN], [_chain(4000), "b1 = 1\nb2 = b1 + 1\n", "print(a4000)\n"])
+    chain = [s for s in sl.statements if s.cell == 2]
+    assert len(chain) == 4001 and all(s.graded and s.runs for s in chain)
+    assert sl.runs[2] == _chain(4000)  # whole, as written
+    assert sl.runs[3:] == ["", ""]
+    assert {f"a{i}" for i in range(1, 4001)} <= sl.needed and "b1" not in sl.needed
+
+
+def test_a_chain_read_through_functions_is_followed_to_its_start():
+    helpers = "".join(f"def f{i}(x):\n    return f{i - 1}(x) + 0\n" for i in range(1, 1000)).replace("f0(x)", "x")
+    out = runs([with_forward("f999(x - mu) * torch.rsqrt(var + self.eps) * self.weight + self.bias")],
+               [helpers, "def unused(x):\n    return f5(x)\n"])
+    assert out == [helpers, ""]
+
+
+def _student(answer: str, added=()):
+    """Exercise 01's cells as read from a student's file: its released cells, ``answer`` in the
+    first answer cell, ``added`` cells after it (no grade id: cells the student added)."""
+    from autograder.grade import Course
+    out, first = [], True
+    for c in Course().release("01_layernorm"):
+        if c["role"] == "markdown":
+            continue
+        src = c["source"]
+        if c["role"] == "answer":
+            src, first = (answer, False) if first else ("# (everything is in the first answer cell)", first)
+        out.append({"source": src, "grade_id": c["grade_id"], "id": c["id"]})
+        if c["role"] == "answer" and src == answer:
+            out += [{"source": a, "grade_id": None, "id": None} for a in added]
+    return out
+
+
+def _grade_unsandboxed(tmp_path, student_cells=None, raw: bytes | None = None):
+    """grade_one's row for a file that never reaches the sandbox (planning or reading stops it)."""
+    import json
+    from autograder.grade import Course, grade_one
+    from autograder.ingest import Entry
+    from autograder.sandbox import Limits
+    path = tmp_path / "layernorm.ipynb"
+    if raw is None:
+        nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+            {"cell_type": "code", "source": c["source"], "metadata": {"nbgrader": {"grade_id": c["grade_id"]}}
+             if c["grade_id"] else {}, "outputs": [], "execution_count": None} for c in student_cells]}
+        raw = json.dumps(nb).encode()
+    path.write_bytes(raw)
+    course = Course()
+
+    def no_sandbox(*a, **k):
+        raise AssertionError("the submission reached the sandbox")
+
+    import autograder.grade as g
+    orig = g.run_sandboxed
+    g.run_sandboxed = no_sandbox
+    try:
+        row = grade_one(Entry("ann", "01_layernorm", path), course, Limits(), tmp_path, sandbox=False)
+    finally:
+        g.run_sandboxed = orig
+    return row, sum(t.points for t in course.tests("01_layernorm"))
+
+
+def test_planning_past_its_budget_gives_a_row_with_the_assignments_points_and_says_why(tmp_path, monkeypatch):
+    from autograder import plan as planmod
+    monkeypatch.setattr(planmod, "PLAN_BUDGET_S", 0.0)
+    row, full = _grade_unsandboxed(tmp_path, _student(LN, [_chain(50)]))
+    assert row.status == "unreadable" and row.max_score == full > 0 and row.score == 0
+    assert "could not work out which of your code to run within the 0 s" in row.message
+    assert all(t.points == 0 and t.max_points > 0 for t in row.tests)
+
+
+def test_the_budget_stops_slicing_at_its_deadline():
+    import time
+    from autograder.slicing import PlanningTimeout
+    cells = [Cell("locked", "setup", SETUP), Cell("answer", "answer cell layernorm_impl", LN)]
+    with pytest.raises(PlanningTimeout):
+        slice_cells(cells + [Cell("added", "cell you added 1", _chain(2000))], deadline=time.monotonic() - 1)
+
+
+def test_code_too_deep_to_read_runs_as_written_in_an_answer_cell_and_is_flagged_and_not_in_an_added_cell():
+    deep = with_forward("x" + ".real" * 600)
+    sl = sliced([deep], ["y = LayerNorm" + ".a" * 600 + "\n"])
+    assert sl.runs[1] == deep and sl.runs[2] == ""
+    assert "nests more than 150 levels deep at line 13" in sl.unreadable[1]
+    assert sl.notes == ["cell you added 1 did not run: its code nests more than 150 levels deep at line 1, "
+                        "too deep for the grader to read"]
+    found = scan.review(sl)
+    assert len(found) == 1 and "could not be read" in found[0] and "(answer cell layernorm_impl)" in found[0]
+
+
+def test_code_that_still_recurses_too_deep_gives_the_student_a_message_not_a_grader_error(tmp_path, monkeypatch):
+    from autograder import slicing
+    monkeypatch.setattr(slicing, "MAX_NESTING", 10 ** 6)  # the guard off: the readers recurse past Python's limit
+    row, full = _grade_unsandboxed(tmp_path, _student(with_forward("x" + ".real" * 600)))
+    assert row.status == "unreadable" and row.max_score == full > 0 and row.score == 0
+    assert "nests too deep" in row.message and "internal grader error" not in row.message
+
+
+def test_a_notebook_whose_json_nests_too_deep_is_unreadable_with_the_assignments_points(tmp_path):
+    deep = b'{"cells": [], "metadata": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}, \"nbformat\": 4}"
+    row, full = _grade_unsandboxed(tmp_path, raw=deep)
+    assert row.status == "unreadable" and row.max_score == full > 0 and row.score == 0
+    assert "nests too deep" in row.message
+
+
+def test_plain_python_is_read_as_ipython_reads_it_and_too_many_magics_for_a_cell_are_not_read():
+    from IPython.core.inputtransformer2 import TransformerManager
+    from autograder.slicing import transform
+    for src in (LN, "  x = 1\n", ">>> x = 1\n... \n", "In [3]: y = 2\n", "a = (1\n     / 2)\n", "\n\nz = 3"):
+        assert transform(src) == TransformerManager().transform_cell(src), src
+    assert "run_line_magic" in transform("%time x = 1\n")
+    sl = sliced([LN], ["%time x\n" * 400 + "LayerNorm.k = 1\n"])
+    assert "more than the grader reads" in sl.unreadable[2] and sl.runs[2] == ""
+
+
+# --------------------------------------------------------------------------------------------
+# Honest habits that need a scratch cell: %%writefile modules, star imports
+# --------------------------------------------------------------------------------------------
+
+HELPER = ("%%writefile helper.py\nimport torch\n\n\ndef layer_norm_fn(x, eps):\n"
+          "    mu = x.mean(-1, keepdim=True)\n    var = (x - mu).pow(2).mean(-1, keepdim=True)\n"
+          "    return (x - mu) * torch.rsqrt(var + eps)\n")
+
+
+@pytest.mark.parametrize("answer", [
+    "from helper import layer_norm_fn\n" + with_forward("layer_norm_fn(x, self.eps) * self.weight + self.bias"),
+    "import helper\n" + with_forward("helper.layer_norm_fn(x, self.eps) * self.weight + self.bias"),
+    with_forward("layer_norm_fn(x, self.eps) * self.weight + self.bias").replace(
+        "    def forward(self, x):\n", "    def forward(self, x):\n        from helper import layer_norm_fn\n"),
+], ids=["from-import", "import-module", "import-inside-forward"])
+def test_a_writefile_cell_whose_module_graded_code_imports_runs_whole_unflagged(answer):
+    sl = sliced([answer], [HELPER, "%%writefile notes.txt\nnothing\n"])
+    assert sl.runs[2] == HELPER and sl.runs[3] == ""
+    written = [s for s in sl.statements if s.module == "helper"]
+    assert written and all(s.graded and s.runs for s in written)
+    assert sl.notes == [] and scan.review(sl) == [] and scan.costs(sl, NORM) == []
+    assert sl.where(written[-1]) == "cell you added 1, line 5"  # the cell's own line numbers
+
+
+def test_a_writefile_cell_nothing_graded_imports_does_not_run_and_the_row_says_so():
+    sl = sliced([LN], [HELPER, "import helper\nprint(helper.layer_norm_fn(torch.ones(3), 1e-5))\n"])
+    assert sl.runs[2:] == ["", ""]
+    assert sl.notes == ["cell you added 1: %%writefile helper.py did not run: no graded code imports helper"]
+
+
+def test_what_a_written_module_holds_is_graded_code_and_reviewed():
+    answer = "import helper\n" + with_forward("helper.layer_norm_fn(x, self.eps)")
+    assert costs([answer], [HELPER.replace("    mu = x.mean", "    mu = F.layer_norm(x, x.shape[-1:])\n    mu = x.mean")])
+    found = review([answer], [HELPER.replace("import torch", "import torch\nimport gc")])
+    assert found == ["imports gc: import gc (cell you added 1, line 3)"]
+
+
+def test_a_written_module_that_imports_another_written_module_brings_it_along():
+    inner = "%%writefile inner.py\nimport torch\ndef scale(x, v, e):\n    return x * torch.rsqrt(v + e)\n"
+    outer = ("%%writefile helper.py\nfrom inner import scale\ndef layer_norm_fn(x, eps):\n"
+             "    mu = x.mean(-1, keepdim=True)\n    return scale(x - mu, (x - mu).pow(2).mean(-1, keepdim=True), eps)\n")
+    out = runs(["from helper import layer_norm_fn\n" + with_forward("layer_norm_fn(x, self.eps)")], [inner, outer])
+    assert out == [inner, outer]
+
+
+def test_a_star_import_runs_when_graded_code_reads_a_name_nothing_binds():
+    answer = with_forward("(x - mu) * torch.rsqrt(var + self.eps) * sqrt(prod(x.shape[-1:])) / sqrt(prod(x.shape[-1:]))")
+    assert runs([answer], ["from math import *\nprint(pi)\n"]) == ["from math import *\n\n"]
+
+
+def test_a_star_import_graded_code_needs_nothing_from_does_not_run():
+    assert runs([LN], ["from math import *\nprint(pi)\n"]) == [""]  # LN reads builtins and torch only
+    assert runs([with_forward("(x - mu) * torch.rsqrt(var + self.eps) * scale", "scale = 1.0\n")],
+                ["from math import *\n"]) == [""]  # every name graded code reads is bound
+
+
+def test_a_kept_star_import_costs_only_through_the_names_graded_code_reads():
+    uses_relu = with_forward("relu(x - mu) * torch.rsqrt(var + self.eps)")
+    uses_norm = with_forward("layer_norm(x, self.normalized_shape, eps=self.eps)")
+    star = "from torch.nn.functional import *\n"
+    assert runs([uses_relu], [star]) == [star] and costs([uses_relu], [star]) == []
+    assert costs([uses_norm], [star]) == ["layer_norm (answer cell layernorm_impl, line 13)"]
+
+
+def test_the_harness_imports_from_the_working_folder_only_the_modules_the_plan_says_are_written(tmp_path):
+    from autograder.inside.harness import _WorkingFolder
+    answer = "from helper import layer_norm_fn\n" + with_forward("layer_norm_fn(x, self.eps)")
+    assert sliced([answer], [HELPER]).written == ["helper"] and sliced([LN], [HELPER]).written == []
+    for name in ("helper", "triton", "json"):
+        (tmp_path / f"{name}.py").write_text("X = 1\n")
+    finder = _WorkingFolder(str(tmp_path), ["helper"])
+    assert finder.find_spec("helper").origin == str(tmp_path / "helper.py")
+    assert finder.find_spec("triton") is None and finder.find_spec("json") is None

@@ -46,11 +46,23 @@ class CodeFixture:
     loses: list[str]
     message: str | None
     code: str
+    #: the fixture is plain Python, which tests may also run in-process (``in process: no`` in its
+    #: docstring: it holds notebook syntax, such as a ``%%writefile`` cell, that only a kernel runs)
+    in_process: bool = True
+
+
+def _fixture_docstring(code: str) -> str:
+    """The fixture's docstring, also when its cells hold IPython syntax (``%%writefile``)."""
+    try:
+        return ast.get_docstring(ast.parse(code)) or ""
+    except SyntaxError:
+        m = re.match(r'\s*(?:"""(.*?)"""|\'\'\'(.*?)\'\'\')', code, re.S)
+        return ((m.group(1) or m.group(2)) if m else "").strip()
 
 
 def read_fixture(path: Path) -> CodeFixture:
     code = Path(path).read_text()
-    doc = ast.get_docstring(ast.parse(code)) or ""
+    doc = _fixture_docstring(code)
     loses = re.search(r"^loses:\s*(.+)$", doc, re.M)
     message = re.search(r"^message:\s*(.+)$", doc, re.M)
     return CodeFixture(
@@ -61,6 +73,7 @@ def read_fixture(path: Path) -> CodeFixture:
         loses=loses.group(1).split() if loses else [],
         message=message.group(1).strip() if message else None,
         code=code,
+        in_process=not re.search(r"^in process:\s*no\b", doc, re.M),
     )
 
 

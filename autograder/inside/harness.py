@@ -95,6 +95,21 @@ def _writable_full(paths=("/home/student", "/tmp", "/dev/shm")) -> bool:
     return False
 
 
+class _WorkingFolder:
+    """A finder, last on ``sys.meta_path``, for the modules the grader's plan says the notebook's
+    ``%%writefile NAME.py`` cells write into the working folder, and for no other name: a file
+    written there never stands in for a module that is missing or installed."""
+
+    def __init__(self, folder, names):
+        self.folder, self.names = folder, frozenset(str(n) for n in names)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.names:
+            return None
+        from importlib.machinery import PathFinder
+        return PathFinder.find_spec(name, [self.folder])
+
+
 def preload():
     """Import what the harness uses before student code runs (the zygote calls this once, before it
     forks a child per submission: :mod:`autograder.inside.zygote`). torch's first ``__torch_function__``
@@ -174,6 +189,10 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     shell = InteractiveShell.instance(colors="NoColor")
     shell.user_ns["__name__"] = "__main__"
     shell.enable_gui = lambda gui=None: None  # %matplotlib inline: plots go nowhere (MPLBACKEND=Agg)
+    # the modules the notebook's %%writefile cells write into its working folder (``helper.py``)
+    # import as in Jupyter: those names only, and after every installed module
+    if job.get("modules"):
+        sys.meta_path.append(_WorkingFolder(os.getcwd(), job["modules"]))
     cell_s = float(job.get("cell_s", 120))
     error_chars = int(job.get("cell_error_chars", 300))  # autograder.protocol.CELL_ERROR_CHARS
     test_s = float(job.get("test_s", max(cell_s, 120)))
