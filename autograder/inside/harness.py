@@ -17,7 +17,7 @@ never runs code from the notebook: the harness calls ``coursekit.checks.collect`
 it stands and sends the record. Nothing here decides a score: the grader judges the records and
 treats anything missing, malformed or out of turn as a failure.
 
-A *refereed* test (``"refereed": true``: every hidden check) is probed by the grader itself
+A *refereed* test (``"refereed": true``: every test but the benchmarks) is probed by the grader itself
 (``autograder/referee.py``): this process says ``ready`` and answers the grader's calls, each one
 of the course's remotable helpers on concrete inputs (:func:`_answer`), until ``end``. The hidden
 checks' code, case tables and judges never come here.
