@@ -502,9 +502,11 @@ def _is_path(v: str) -> bool:
 
 
 def _join(p: str, attr: str) -> str | None:
+    """The dotted path of ``p.attr``: a module reached through another object is that module
+    (``torch.sys`` is ``sys``)."""
     if not _is_path(p) or p.count(".") >= _MAX_PARTS:
         return None
-    return f"{p}.{attr}"
+    return attr if attr in MODULE_ATTRS else f"{p}.{attr}"
 
 
 def path_reason(p: str, own_only: bool = False) -> str | None:
@@ -680,13 +682,15 @@ class Values:
             self._edges.append(("attr", target.attr, value))
         elif isinstance(target, ast.Subscript):
             r = root_name(target.value)
-            if r is not None:
-                self._edges.append(("name", r, value))
+            if r is not None:  # a container holds what is put in it (its keys' strings aside)
+                self._edges.append(("held", r, value))
 
     def _propagate(self) -> bool:
         changed = False
         for kind, key, expr in self._edges:
             vals = self.ev(expr)
+            if kind == "held":
+                vals, kind = {v for v in vals if not _is_str(v)}, "name"
             if vals:
                 table = self.names if kind == "name" else self.attrs if kind == "attr" else self.returns
                 changed |= self._add(table, key, vals)
@@ -821,6 +825,14 @@ class Values:
             return ""
         return f" (through the alias {name})"
 
+    def import_flagged(self, name: str) -> bool:
+        """Whether ``name`` is bound only by imports that the review flags themselves."""
+        paths = self.imported.get(name)
+        if not paths or name in self.otherwise:
+            return False
+        return all(p.split(".")[0] in REVIEW_MODULES
+                   or p.split(".")[0] == "torch" and set(p.split(".")[1:]) & TORCH_INTERNAL_PARTS for p in paths)
+
     def public_lookup(self, call: ast.Call) -> bool:
         """``getattr(nn, NAMES[kind])``, ``getattr(F, act_name)``, ``getattr(torch, dtype_name)``: a
         lookup on torch's public namespaces by a name held in a variable, a table or an attribute
@@ -842,7 +854,7 @@ class Values:
         if isinstance(target, ast.Subscript):
             key = target.slice
             return isinstance(key, ast.Constant) and key.value in DETERMINISM_VARS \
-                and self.ev(target.value) == {"os.environ"}
+                and {v for v in self.ev(target.value) if _is_path(v)} == {"os.environ"}
         if isinstance(target, ast.Attribute):
             paths = {j for p in self.ev(target.value) if (j := _join(p, target.attr))}
             return bool(paths) and paths <= DETERMINISM_SETTINGS
@@ -850,7 +862,8 @@ class Values:
 
     def _seeding_only(self, trees) -> set[str]:
         """Names bound to ``os`` or ``os.environ`` used, and only, for seeding writes."""
-        names = {n for n, v in self.names.items() if v and v <= {"os", "os.environ"}}
+        paths = {n: {x for x in v if _is_path(x)} for n, v in self.names.items()}
+        names = {n for n, v in paths.items() if v and v <= {"os", "os.environ"}}
         if not names:
             return set()
         ok, used = set(names), set()
@@ -863,7 +876,7 @@ class Values:
                 if not (isinstance(n, ast.Name) and n.id in ok and isinstance(n.ctx, ast.Load)):
                     continue
                 up = parent.get(id(n))
-                if self.names[n.id] == {"os"}:
+                if paths[n.id] == {"os"}:
                     up = parent.get(id(up)) if isinstance(up, ast.Attribute) and up.attr == "environ" else None
                     node = up and up.value
                 else:
@@ -892,6 +905,8 @@ def _review_values(values: Values, st, tree, done: set, flag, hand_written: bool
             continue
         why = None
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            if not values.alias(n) and values.import_flagged(n.id):
+                continue  # ``builtins`` after ``import builtins``: the import says it
             why = next((r for v in sorted(ev(n)) if (r := path_reason(v))), None)
         elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
             why = next((r for v in sorted(ev(n)) if (r := path_reason(v, own_only=True))), None)
@@ -899,7 +914,6 @@ def _review_values(values: Values, st, tree, done: set, flag, hand_written: bool
                 and root_name(n.value) not in modules | {"self", "cls"} and not values.seeding_write(n) \
                 and any(_is_path(v) and not v.startswith("builtins.") for v in ev(n.value)):
             flag(st, n, "writes into an imported module" + values.alias(n))
-            done |= {id(m) for m in ast.walk(n)}
             continue
         if why:
             why += values.alias(n)
