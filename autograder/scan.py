@@ -264,6 +264,9 @@ def review(sl: GradedSlice) -> list[str]:
     trees = {id(st): resolved(st.node) for st in running}
     values = Values([trees[id(st)] for st in running],
                     [s.node for s in sl.statements if s.runs and sl.cells[s.cell].kind == "locked"])
+    if not values.converged:
+        out.append(f"names bound through more aliases in a row than the review follows ({_PASSES}); "
+                   "what they hold was not read")
     for st in running:
         tree = trees[id(st)]
         methods_self = _self_methods(tree)
@@ -489,7 +492,7 @@ DETERMINISM_SETTINGS = frozenset({"torch.backends.cudnn.deterministic", "torch.b
 STORING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__"})
 #: methods of a container that give back what it holds
 READING_METHODS = frozenset({"get", "pop", "values", "items", "copy", "popitem", "setdefault", "__getitem__"})
-_MAX_PARTS, _MAX_VALUES, _PASSES, _MAX_DEPTH = 8, 24, 8, 150
+_MAX_PARTS, _MAX_VALUES, _PASSES, _MAX_DEPTH = 8, 24, 40, 150
 _BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
 
 
@@ -570,9 +573,11 @@ class Values:
                             if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
         for tree in list(locked_trees) + list(trees):
             self._collect(tree)
-        for _ in range(_PASSES):
+        self.converged = False
+        for _ in range(_PASSES):  # each pass follows every binding once, in order; most code settles in 2
             self._memo: dict[int, frozenset] = {}
             if not self._propagate():
+                self.converged = True
                 break
         self._memo = {}
         self.seeding_only = self._seeding_only(trees)
@@ -745,14 +750,8 @@ class Values:
             keys = self.strings(node.slice)
             out = set()
             for p in ev(node.value):
-                if p == "sys.modules":
-                    out |= keys
-                elif p == "builtins" or p.endswith(".__dict__"):
-                    base = "builtins" if p == "builtins" else p[:-len(".__dict__")]
-                    out |= {j for k in keys if (j := _join(base, k))}
-                elif p == "<globals>":
-                    for k in keys:
-                        out |= set(self.names.get(k, ())) | ({f"builtins.{k}"} if k in _BUILTIN_NAMES else set())
+                if self._namespace(p):
+                    out |= self._lookup(p, keys)
                 else:  # a container holds what was put in it
                     out.add(p)
             return out
@@ -801,8 +800,29 @@ class Values:
             elif c.startswith("<def>"):
                 out |= self.returns.get(c, set())
         if isinstance(node.func, ast.Attribute) and node.func.attr in READING_METHODS:
-            out |= ev(node.func.value)
+            keys = self.strings(args[0]) if args and node.func.attr in ("get", "pop", "setdefault") else set()
+            for p in ev(node.func.value):
+                if self._namespace(p):  # sys.modules.get("gc"), F.__dict__.get("layer_norm")
+                    out |= self._lookup(p, keys)
+                else:  # a container gives back what it holds
+                    out.add(p)
         return out
+
+    @staticmethod
+    def _namespace(p: str) -> bool:
+        return p in ("sys.modules", "builtins", "<globals>") or p.endswith((".__dict__", ".__globals__"))
+
+    def _lookup(self, p: str, keys) -> set:
+        """``p[k]`` for a namespace ``p`` and each string ``k``."""
+        if p == "sys.modules":
+            return set(keys)
+        if p == "<globals>":
+            return {v for k in keys for v in self.names.get(k, set()) | (
+                {f"builtins.{k}"} if k in _BUILTIN_NAMES else set())}
+        if p == "builtins" or p.endswith(".__dict__"):
+            base = "builtins" if p == "builtins" else p[:-len(".__dict__")]
+            return {j for k in keys if (j := _join(base, k))}
+        return set()  # a function's globals: a module the code does not name
 
     # -- what the review asks of values ----------------------------------------------------------
     def alias(self, node) -> str:
@@ -899,15 +919,21 @@ def _review_values(values: Values, st, tree, done: set, flag, hand_written: bool
     name, a container, a class attribute or a higher-order call; reflective values stored; and in
     exercise 05 autograd reached inside the hand-written functions by any name."""
     ev = values.ev
-    class_bodies = {id(s) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for s in c.body}
+    class_bodies: set[int] = set()  # statements directly in a class body (filled as the walk, parents first, meets them)
+    unpacked: set[int] = set()  # the right side of ``a, b = x, y``: aliases, not a container
     for n in ast.walk(tree):
+        if isinstance(n, ast.ClassDef):
+            class_bodies |= {id(s) for s in n.body}
+        elif isinstance(n, ast.Assign) and isinstance(n.value, (ast.Tuple, ast.List)) and all(
+                isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == len(n.value.elts) for t in n.targets):
+            unpacked.add(id(n.value))
         if id(n) in done:
             continue
         why = None
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             if not values.alias(n) and values.import_flagged(n.id):
                 continue  # ``builtins`` after ``import builtins``: the import says it
-            why = next((r for v in sorted(ev(n)) if (r := path_reason(v))), None)
+            why = next((r for v in sorted(ev(n)) if (r := path_reason(v, own_only=True))), None)
         elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
             why = next((r for v in sorted(ev(n)) if (r := path_reason(v, own_only=True))), None)
         elif isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) \
@@ -925,7 +951,8 @@ def _review_values(values: Values, st, tree, done: set, flag, hand_written: bool
             continue
         # reflective values kept in a container or a class attribute
         kept = []
-        if isinstance(n, (ast.List, ast.Tuple, ast.Set)):
+        if isinstance(n, (ast.List, ast.Tuple, ast.Set)) and isinstance(getattr(n, "ctx", ast.Load()), ast.Load) \
+                and id(n) not in unpacked:
             kept = n.elts
         elif isinstance(n, ast.Dict):
             kept = n.values

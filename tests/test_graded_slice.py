@@ -486,3 +486,26 @@ def test_common_idioms_on_torchs_public_api_and_seeding_are_not_flagged(code):
         "torch-table-private-name", "torch-name-passed-private", "getattr-on-any-object", "cudnn-other-setting"])
 def test_near_misses_of_the_idioms_are_still_flagged(code, why):
     assert any(why in f for f in review([LN + code])), review([LN + code])
+
+
+#: the hostile fixtures (real layout) whose cheat is an alias or another route the review reads by value
+VALUE_CHEATS = ["alias_sys_releases_guards", "alias_getattr_globals", "alias_exec_base64", "reduce_getattr_globals",
+                "modules_in_containers", "alias_torch_internals", "alias_vars_and_import", "alias_enable_grad",
+                "alias_inference_mode"]
+ANSWER_CELL = {"01_layernorm": "layernorm_impl", "05_backward": "rmsnorm_backward_impl"}
+
+
+@pytest.mark.parametrize("name", VALUE_CHEATS)
+def test_hostile_fixtures_that_reach_around_through_an_alias_are_flagged_naming_it(name):
+    fx = read_code_fixture(FIXTURES / "hostile" / f"{name}.py")
+    answer, added = split_cells(fx["code"])
+    found = scan.review(sliced([answer], added, gid=ANSWER_CELL[fx["assignment"]]))
+    assert fx["review"] and any(fx["review"] in f and ", line " in f for f in found), found
+
+
+def test_a_chain_of_aliases_longer_than_the_review_follows_is_itself_flagged():
+    chain = "".join(f"def _f{i}():\n    return _f{i + 1}()\n" for i in range(60))
+    code = LN + chain + "import sys\ndef _f60():\n    return sys\n_f0().modules['coursekit.checks.ops']._ACTIVE.clear()\n"
+    assert any("more aliases in a row than the review follows" in f for f in review([code]))
+    short = LN + chain.replace("_f60", "_end") + "def _end():\n    return 1\n"
+    assert review([short]) == []
