@@ -21,7 +21,16 @@ sandbox: the only two things a static reading decides.
   strings or changes how cells are read, and magics other than the harmless ones; graded functions
   that write into module-level state (``global``, ``cache[k] = ...``); and in exercise 05 switching
   autograd back on inside the hand-written functions (``enable_grad``, ``set_grad_enabled``,
-  ``inference_mode(False)``).
+  ``inference_mode(False)``) or running it there (``torch.autograd.grad``, forward-mode AD,
+  ``torch.func``).
+
+  The review reads values, not spellings (:class:`Values`): what a name, an attribute, a container
+  or a function's result is bound to decides, so ``_s = sys; _s.modules``, ``g = getattr``,
+  ``e = exec``, ``T = torch; T._C``, ``reduce(getattr, ...)`` and ``_on = torch.enable_grad`` give
+  the direct spelling's reason plus the alias; a reflective module or builtin kept in a container
+  or a class attribute is flagged itself. ``getattr`` on torch's public namespaces by a config name
+  (``getattr(nn, NAMES[kind])``) and seeding boilerplate (``os.environ["CUBLAS_WORKSPACE_CONFIG"]``,
+  ``torch.backends.cudnn.deterministic``) are not flagged.
 """
 from __future__ import annotations
 
@@ -509,6 +518,8 @@ def _join(p: str, attr: str) -> str | None:
     (``torch.sys`` is ``sys``)."""
     if not _is_path(p) or p.count(".") >= _MAX_PARTS:
         return None
+    if attr == "__call__":  # g.__call__ is g
+        return p
     return attr if attr in MODULE_ATTRS else f"{p}.{attr}"
 
 
@@ -566,6 +577,7 @@ class Values:
         self.imported: dict[str, set] = {}  # name -> paths an import binds it to
         self.otherwise: set[str] = set()  # names bound other than by an import
         self.locked: set[str] = set()  # names the locked cells bind
+        self.star: set[str] = set()  # modules imported with *
         self._edges: list = []
         self._calls: list = []
         for tree in locked_trees:
@@ -637,7 +649,9 @@ class Values:
                     self.names.setdefault(name, set()).add(path)
             elif isinstance(node, ast.ImportFrom):
                 for a in node.names:
-                    if a.name == "*":
+                    if a.name == "*":  # every name the code does not bind may come from the module
+                        if node.module and not node.level:
+                            self.star.add(node.module)
                         continue
                     name = a.asname or a.name
                     self.bound.add(name)
@@ -740,6 +754,8 @@ class Values:
                 out.add("builtins")
             elif node.id in _BUILTIN_NAMES and node.id not in self.imported:
                 out.add(f"builtins.{node.id}")  # a name the student binds somewhere may be the builtin elsewhere
+            if self.star and node.id not in self.bound:
+                out |= {j for m in self.star if (j := _join(m, node.id))}
             return out
         if isinstance(node, ast.Constant):
             return {f"'{node.value}"} if isinstance(node.value, str) and len(node.value) <= 80 else set()
@@ -781,6 +797,8 @@ class Values:
     def _ev_call(self, node: ast.Call, ev) -> set:
         out = set()
         args = node.args
+        if isinstance(node.func, ast.Lambda):  # (lambda: sys)()
+            out |= ev(node.func.body)
         for c in ev(node.func):
             if c == "builtins.getattr" and len(args) >= 2:
                 out |= {j for p in ev(args[0]) for k in self.strings(args[1]) if (j := _join(p, k))}
@@ -836,8 +854,7 @@ class Values:
             else:
                 break
         if not isinstance(node, ast.Name):
-            return " (through a value held elsewhere)" if isinstance(node, (ast.List, ast.Tuple, ast.Dict,
-                                                                              ast.Set)) else ""
+            return " (through a value held elsewhere)"  # a container, a comprehension, a lambda...
         name = node.id
         if name not in self.bound or name in self.locked and name not in self.otherwise:
             return ""

@@ -399,6 +399,12 @@ ALIASES = [
      "exec() (runs a string as code) (through the alias b)"),
     ("B = __builtins__\n_x = B.exec\n", "the builtins namespace (through the alias B)"),
     ("getattr(__builtins__, 'ex' + 'ec')('x = 1')\n", "exec() (runs a string as code)"),
+    ("import sys\n_m = (lambda: sys)().modules\n", "every imported module (sys.modules)"),
+    ("g = getattr\n_ns = g.__call__(run, '__globals__')\n", "a function's module namespace (through the alias g)"),
+    ("from sys import *\n_m = modules['coursekit.checks.ops']\n", "every imported module (sys.modules)"),
+    ("import sys\ndef _f(s=sys):\n    return s.modules\n", "every imported module (sys.modules) (through the alias s)"),
+    ("import sys\n_m = [m for m in (sys,)][0].modules\n", "every imported module (sys.modules) (through a value held"),
+    ("_g = vars()['getattr']\n_ns = _g(run, '__globals__')\n", "a function's module namespace (through the alias _g)"),
 ]
 
 
