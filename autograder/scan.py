@@ -621,6 +621,10 @@ class Values:
                 for x, d in zip(a.kwonlyargs, a.kw_defaults):
                     if d is not None:
                         self._edges.append(("name", x.arg, d))
+                if in_class:  # a method is an attribute; a property's value is what it returns
+                    props = any((d.id if isinstance(d, ast.Name) else getattr(d, "attr", None))
+                                in ("property", "cached_property") for d in node.decorator_list)
+                    self._edges.append(("attr_returns" if props else "attr_const", node.name, key))
                 child_fn = key
             elif isinstance(node, ast.ClassDef):
                 self._bind_name(node.name, None, const={f"<def>{node.name}"})
@@ -707,6 +711,10 @@ class Values:
     def _propagate(self) -> bool:
         changed = False
         for kind, key, expr in self._edges:
+            if kind in ("attr_const", "attr_returns"):
+                vals = {expr} if kind == "attr_const" else self.returns.get(expr, set())
+                changed |= bool(vals) and self._add(self.attrs, key, vals)
+                continue
             vals = self.ev(expr)
             if kind == "held":
                 vals, kind = {v for v in vals if not _is_str(v)}, "name"

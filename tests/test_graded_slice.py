@@ -405,6 +405,10 @@ ALIASES = [
     ("import sys\ndef _f(s=sys):\n    return s.modules\n", "every imported module (sys.modules) (through the alias s)"),
     ("import sys\n_m = [m for m in (sys,)][0].modules\n", "every imported module (sys.modules) (through a value held"),
     ("_g = vars()['getattr']\n_ns = _g(run, '__globals__')\n", "a function's module namespace (through the alias _g)"),
+    ("import sys\nclass _K:\n    def get(self):\n        return sys\n_m = _K().get().modules\n",
+     "every imported module (sys.modules) (through the alias _K)"),
+    ("import sys\nclass _K:\n    @property\n    def s(self):\n        return sys\n_m = _K().s.modules\n",
+     "every imported module (sys.modules) (through the alias _K)"),
 ]
 
 
