@@ -826,7 +826,8 @@ class Values:
             elif c.startswith("<def>"):
                 out |= self.returns.get(c, set())
         if isinstance(node.func, ast.Attribute) and node.func.attr in READING_METHODS:
-            keys = self.strings(args[0]) if args and node.func.attr in ("get", "pop", "setdefault") else set()
+            keyed = node.func.attr in ("get", "pop", "setdefault", "__getitem__")
+            keys = self.strings(args[0]) if args and keyed else set()
             for p in ev(node.func.value):
                 if self._namespace(p):  # sys.modules.get("gc"), F.__dict__.get("layer_norm")
                     out |= self._lookup(p, keys)
