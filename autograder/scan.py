@@ -501,6 +501,12 @@ DETERMINISM_SETTINGS = frozenset({"torch.backends.cudnn.deterministic", "torch.b
 STORING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__"})
 #: methods of a container that give back what it holds
 READING_METHODS = frozenset({"get", "pop", "values", "items", "copy", "popitem", "setdefault", "__getitem__"})
+#: methods that build a string from pieces: a name built so is not a config name
+STRING_BUILDERS = frozenset({"join", "format", "format_map", "replace", "decode", "encode", "lower", "upper",
+                             "capitalize", "title", "swapcase", "strip", "lstrip", "rstrip", "translate",
+                             "removeprefix", "removesuffix", "__add__", "__mod__", "zfill", "center", "ljust",
+                             "rjust", "casefold", "expandtabs"})
+_ASSEMBLED = "<assembled>"  # the value of a string assembled at run time
 _MAX_PARTS, _MAX_VALUES, _PASSES, _MAX_DEPTH = 8, 24, 40, 150
 _BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
 
@@ -771,6 +777,8 @@ class Values:
             out = {j for p in ev(node.value) if (j := _join(p, node.attr))}
             return out | self.attrs.get(node.attr, set())
         if isinstance(node, ast.Subscript):
+            if isinstance(node.slice, ast.Slice):  # "mron_reyal"[::-1]
+                return {_ASSEMBLED}
             keys = self.strings(node.slice)
             out = set()
             for p in ev(node.value):
@@ -781,11 +789,16 @@ class Values:
             return out
         if isinstance(node, ast.Call):
             return self._ev_call(node, ev)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        if isinstance(node, ast.BinOp):  # a string assembled from pieces: known when its pieces are
             left, right = self.strings(node.left), self.strings(node.right)
-            return {f"'{a}{b}" for a in list(left)[:4] for b in list(right)[:4] if len(a) + len(b) <= 80}
-        if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
-            return {"'" + "".join(str(v.value) for v in node.values)}
+            out = {_ASSEMBLED}
+            if isinstance(node.op, ast.Add):
+                out |= {f"'{a}{b}" for a in sorted(left)[:4] for b in sorted(right)[:4] if len(a) + len(b) <= 80}
+            return out
+        if isinstance(node, ast.JoinedStr):
+            if all(isinstance(v, ast.Constant) for v in node.values):
+                return {"'" + "".join(str(v.value) for v in node.values)}
+            return {_ASSEMBLED}
         if isinstance(node, (ast.BoolOp,)):
             return set().union(*(ev(v) for v in node.values))
         if isinstance(node, ast.IfExp):
@@ -805,6 +818,10 @@ class Values:
     def _ev_call(self, node: ast.Call, ev) -> set:
         out = set()
         args = node.args
+        fn = node.func
+        if isinstance(fn, ast.Attribute) and fn.attr in STRING_BUILDERS \
+                or isinstance(fn, ast.Name) and fn.id in ("str", "chr", "format", "repr", "bytes"):
+            out.add(_ASSEMBLED)  # "".join([...]), "{}".format(...), b"...".decode(), chr(...)
         if isinstance(node.func, ast.Lambda):  # (lambda: sys)()
             out |= ev(node.func.body)
         for c in ev(node.func):
@@ -889,7 +906,8 @@ class Values:
         name = call.args[1]
         if not base or not base <= PUBLIC_TORCH:
             return False
-        if not isinstance(name, (ast.Name, ast.Subscript, ast.Attribute, ast.Constant)):
+        if not isinstance(name, (ast.Name, ast.Subscript, ast.Attribute, ast.Constant)) \
+                or _ASSEMBLED in self.ev(name):
             return False
         return all(s.isidentifier() and not s.startswith("_") and s not in MODULE_ATTRS
                    and s not in TORCH_INTERNAL_PARTS and s not in REVIEW_ATTRS for s in self.strings(name))

@@ -491,9 +491,15 @@ def test_common_idioms_on_torchs_public_api_and_seeding_are_not_flagged(code):
     ("NAMES = {'a': '_C'}\ndef make(kind):\n    return getattr(torch, NAMES[kind])\n", "computed name"),
     ("def f(name):\n    return getattr(torch, name)\n_c = f('_C')\n", "computed name"),
     ("def f(o, name):\n    return getattr(o, name)\n", "computed name"),
+    ("_name = ''.join(['lay', 'er', '_no', 'rm'])\n_fn = getattr(torch.nn.functional, _name)\n", "computed name"),
+    ("_name = 'lay' + 'er_norm'\n_fn = getattr(F, _name)\n", "computed name"),
+    ("_name = 'mron_reyal'[::-1]\n_fn = getattr(F, _name)\n", "computed name"),
+    ("_name = f'{\"layer\"}_norm'\n_fn = getattr(F, _name)\n", "computed name"),
+    ("def f(n):\n    return getattr(F, n)\n_fn = f('layer_' + 'norm')\n", "computed name"),
     ("torch.backends.cudnn.deterministic = True\ntorch.backends.cudnn.thing = 1\n", "writes into an imported module"),
 ], ids=["os-other-use", "os-other-variable", "os-other-variable-write", "os-computed-key", "nn-private-name",
-        "torch-table-private-name", "torch-name-passed-private", "getattr-on-any-object", "cudnn-other-setting"])
+        "torch-table-private-name", "torch-name-passed-private", "getattr-on-any-object", "name-joined",
+        "name-added", "name-reversed", "name-f-string", "name-added-passed", "cudnn-other-setting"])
 def test_near_misses_of_the_idioms_are_still_flagged(code, why):
     assert any(why in f for f in review([LN + code])), review([LN + code])
 
@@ -503,6 +509,12 @@ VALUE_CHEATS = ["alias_sys_releases_guards", "alias_getattr_globals", "alias_exe
                 "modules_in_containers", "alias_torch_internals", "alias_vars_and_import", "alias_enable_grad",
                 "alias_inference_mode"]
 ANSWER_CELL = {"01_layernorm": "layernorm_impl", "05_backward": "rmsnorm_backward_impl"}
+
+
+def test_a_name_assembled_from_pieces_is_a_computed_name_on_torchs_namespaces_too():
+    fx = read_code_fixture(FIXTURES / "hostile" / "builtin_obfuscated.py")
+    answer, added = split_cells(fx["code"])
+    assert any("computed name" in f for f in review([answer], added))
 
 
 @pytest.mark.parametrize("name", VALUE_CHEATS)
