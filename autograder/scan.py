@@ -21,7 +21,16 @@ sandbox: the only two things a static reading decides.
   strings or changes how cells are read, and magics other than the harmless ones; graded functions
   that write into module-level state (``global``, ``cache[k] = ...``); and in exercise 05 switching
   autograd back on inside the hand-written functions (``enable_grad``, ``set_grad_enabled``,
-  ``inference_mode(False)``).
+  ``inference_mode(False)``) or running it there (``torch.autograd.grad``, forward-mode AD,
+  ``torch.func``).
+
+  The review reads values, not spellings (:class:`Values`): what a name, an attribute, a container
+  or a function's result is bound to decides, so ``_s = sys; _s.modules``, ``g = getattr``,
+  ``e = exec``, ``T = torch; T._C``, ``reduce(getattr, ...)`` and ``_on = torch.enable_grad`` give
+  the direct spelling's reason plus the alias; a reflective module or builtin kept in a container
+  or a class attribute is flagged itself. ``getattr`` on torch's public namespaces by a config name
+  (``getattr(nn, NAMES[kind])``) and seeding boilerplate (``os.environ["CUBLAS_WORKSPACE_CONFIG"]``,
+  ``torch.backends.cudnn.deterministic``) are not flagged.
 """
 from __future__ import annotations
 
@@ -247,7 +256,12 @@ def _own_attrs(stmt) -> set[str]:
 def review(sl: GradedSlice) -> list[str]:
     """Every reason to look at this submission, with its cell and line: ``[]`` when nothing."""
     out: list[str] = []
-    flag = lambda st, node, why: out.append(f"{why}: {_show(node)} ({sl.where(st, node)})")  # noqa: E731
+    flagged: set[int] = set()
+
+    def flag(st, node, why):
+        flagged.add(id(node))
+        out.append(f"{why}: {_show(node)} ({sl.where(st, node)})")
+
     for k, why in sl.unreadable.items():
         if sl.cells[k].kind == "answer":
             out.append(f"a cell that could not be read as Python ({why}); it ran as written ({sl.cells[k].label})")
@@ -255,8 +269,15 @@ def review(sl: GradedSlice) -> list[str]:
     hand_written = _hand_written(sl)
     paths = module_paths(sl)
     probe_reach = _probe_reach(sl)
-    for st in sl.running_code():
-        tree = resolved(st.node)
+    running = sl.running_code()
+    trees = {id(st): resolved(st.node) for st in running}
+    values = Values([trees[id(st)] for st in running],
+                    [s.node for s in sl.statements if s.runs and sl.cells[s.cell].kind == "locked"])
+    if not values.converged:
+        out.append(f"names bound through more aliases in a row than the review follows ({_PASSES}); "
+                   "what they hold was not read")
+    for st in running:
+        tree = trees[id(st)]
         methods_self = _self_methods(tree)
         inner: set[int] = set()  # attributes inside one already flagged (torch._C inside torch._C._nn)
         for n in ast.walk(tree):
@@ -264,6 +285,8 @@ def review(sl: GradedSlice) -> list[str]:
                 continue
             if isinstance(n, ast.Import):
                 for a in n.names:
+                    if a.name == "os" and (a.asname or "os") in values.seeding_only:
+                        continue  # os.environ["CUBLAS_WORKSPACE_CONFIG"] = ... and nothing else
                     if a.name.split(".")[0] in REVIEW_MODULES:
                         flag(st, n, f"imports {a.name}")
                     elif a.name.split(".")[0] == "torch" and set(a.name.split(".")[1:]) & TORCH_INTERNAL_PARTS:
@@ -271,6 +294,9 @@ def review(sl: GradedSlice) -> list[str]:
             elif isinstance(n, ast.ImportFrom):
                 mod = (n.module or "").split(".")
                 names = {a.name for a in n.names}
+                if n.module == "os" and names == {"environ"} \
+                        and all((a.asname or a.name) in values.seeding_only for a in n.names):
+                    continue
                 if mod[0] in REVIEW_MODULES and not (n.module == "coursekit" and names <= PUBLIC_RUNTIME):
                     flag(st, n, f"imports from {n.module}")
                 elif mod[0] == "torch" and (set(mod[1:]) | names) & (TORCH_INTERNAL_PARTS | {"DisableTorchFunction"}):
@@ -302,14 +328,15 @@ def review(sl: GradedSlice) -> list[str]:
                     continue
                 flag(st, n, why)
             elif isinstance(n, ast.Call):
-                _review_call(sl, st, n, modules, methods_self, flag)
+                _review_call(sl, st, n, modules, methods_self, flag, values)
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in ("__builtins__",):
                 flag(st, n, "the builtins namespace")
-        _review_module_state(sl, st, modules, flag, probe_reach)
+        _review_module_state(sl, st, modules, flag, probe_reach, values)
         if st in hand_written:
-            for n in ast.walk(st.node):
+            for n in ast.walk(tree):
                 if isinstance(n, ast.Call) and _switches_grad_on(n):
                     flag(st, n, "autograd switched back on inside a hand-written backward")
+        _review_values(values, st, tree, flagged | inner, flag, st in hand_written, modules, methods_self)
     seen, unique = set(), []
     for r in out:
         if r not in seen:
@@ -337,11 +364,13 @@ def _hand_written(sl: GradedSlice) -> list:
     return [s for s in sl.graded_code() if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
 
 
-def _switches_grad_on(call: ast.Call) -> bool:
+def _switches_grad_on(call: ast.Call, name: str | None = None) -> bool:
     """``torch.enable_grad()``, ``set_grad_enabled(x)`` and ``inference_mode(x)`` unless ``x`` is the
-    constant False (``inference_mode()`` and ``set_grad_enabled(False)`` switch autograd off)."""
+    constant False (``inference_mode()`` and ``set_grad_enabled(False)`` switch autograd off).
+    ``name``: the switch the call's function is bound to, however it is spelled."""
     fn = call.func
-    name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
+    if name is None:
+        name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
     if name not in GRAD_SWITCHES:
         return False
     if name == "enable_grad":
@@ -369,12 +398,13 @@ def _self_methods(stmt) -> set[int]:
     return out
 
 
-def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag) -> None:
+def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag, values=None) -> None:
     fn = n.func
     if isinstance(fn, ast.Name):
         if fn.id in REVIEW_BUILTINS:
             flag(st, n, f"{fn.id}() ({REVIEW_BUILTINS[fn.id]})")
-        elif fn.id == "getattr" and len(n.args) >= 2 and not isinstance(n.args[1], ast.Constant) and id(n) not in on_self:
+        elif fn.id == "getattr" and len(n.args) >= 2 and not isinstance(n.args[1], ast.Constant) and id(n) not in on_self \
+                and not (values is not None and values.public_lookup(n)):
             flag(st, n, "getattr() with a computed name on another object")
         elif fn.id == "vars" and n.args and id(n) not in on_self:
             flag(st, n, "vars() of another object")
@@ -412,7 +442,7 @@ def _probe_reach(sl: GradedSlice) -> set[str]:
     return out
 
 
-def _review_module_state(sl, st, modules, flag, probe_reach=frozenset()) -> None:
+def _review_module_state(sl, st, modules, flag, probe_reach=frozenset(), values=None) -> None:
     """Functions the probes can call that write into module-level state, and module-level writes
     into modules."""
     node = st.node
@@ -430,6 +460,8 @@ def _review_module_state(sl, st, modules, flag, probe_reach=frozenset()) -> None
                 if isinstance(m, (ast.Global, ast.Nonlocal)):
                     flag(st, m, "a graded function that rebinds module-level names")
                 elif isinstance(m, (ast.Attribute, ast.Subscript)) and isinstance(m.ctx, (ast.Store, ast.Del)):
+                    if values is not None and values.seeding_write(m):
+                        continue
                     r = root_name(m.value)
                     if r is not None and r not in local and r not in ("self", "cls"):
                         flag(st, m, "a graded function that writes into module-level state")
@@ -441,6 +473,593 @@ def _review_module_state(sl, st, modules, flag, probe_reach=frozenset()) -> None
         return
     for m in ast.walk(node):  # module level: writes into torch, nn, F or any imported module
         if isinstance(m, (ast.Attribute, ast.Subscript)) and isinstance(m.ctx, (ast.Store, ast.Del)) \
-                and root_name(m.value) in modules:
+                and root_name(m.value) in modules and not (values is not None and values.seeding_write(m)):
             flag(st, m, "writes into an imported module")
 
+
+
+# ------------------------------------------------------------------------------------------------
+# Values: what a name is bound to decides, not how it is spelled
+# ------------------------------------------------------------------------------------------------
+
+#: builtins that reach around the names when called (through any name, they give the direct reason)
+REFLECTIVE_BUILTINS = frozenset(REVIEW_BUILTINS) | {"getattr", "setattr", "delattr", "vars"}
+#: modules that reach other objects: kept in a container or a class attribute, they are flagged
+REFLECTIVE_MODULES = REVIEW_MODULES | MODULE_ATTRS | {"sys"}
+#: exercise 05: autograd run inside the hand-written functions by a route other than a switch
+AUTOGRAD_ROUTES = ("torch.autograd.grad", "torch.autograd.backward", "torch.autograd.forward_ad",
+                   "torch.autograd.functional", "torch.func", "torch.vmap", "torch._functorch", "functorch")
+#: torch's public namespaces, where ``getattr(nn, name)`` picks a class or function by a config string
+PUBLIC_TORCH = frozenset({"torch", "torch.nn", "torch.nn.functional"})
+#: environment variables a notebook sets for determinism (``os.environ[...] = ...``)
+DETERMINISM_VARS = frozenset({"CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "CUDA_LAUNCH_BLOCKING"})
+#: torch's determinism switches a notebook may set
+DETERMINISM_SETTINGS = frozenset({"torch.backends.cudnn.deterministic", "torch.backends.cudnn.benchmark",
+                                  "torch.backends.cudnn.allow_tf32", "torch.backends.cudnn.enabled",
+                                  "torch.backends.cuda.matmul.allow_tf32"})
+#: methods that put what they are given into a container
+STORING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__"})
+#: methods of a container that give back what it holds
+READING_METHODS = frozenset({"get", "pop", "values", "items", "copy", "popitem", "setdefault", "__getitem__"})
+#: methods that build a string from pieces: a name built so is not a config name
+STRING_BUILDERS = frozenset({"join", "format", "format_map", "replace", "decode", "encode", "lower", "upper",
+                             "capitalize", "title", "swapcase", "strip", "lstrip", "rstrip", "translate",
+                             "removeprefix", "removesuffix", "__add__", "__mod__", "zfill", "center", "ljust",
+                             "rjust", "casefold", "expandtabs"})
+_ASSEMBLED = "<assembled>"  # the value of a string assembled at run time
+_MAX_PARTS, _MAX_VALUES, _PASSES, _MAX_DEPTH = 8, 24, 40, 150
+_BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
+
+
+def _is_str(v: str) -> bool:
+    return v.startswith("'")
+
+
+def _is_path(v: str) -> bool:
+    return not v.startswith(("'", "<"))
+
+
+def _join(p: str, attr: str) -> str | None:
+    """The dotted path of ``p.attr``: a module reached through another object is that module
+    (``torch.sys`` is ``sys``)."""
+    if not _is_path(p) or p.count(".") >= _MAX_PARTS:
+        return None
+    if attr == "__call__":  # g.__call__ is g
+        return p
+    return attr if attr in MODULE_ATTRS else f"{p}.{attr}"
+
+
+def path_reason(p: str, own_only: bool = False) -> str | None:
+    """Why a value reached under the dotted path ``p`` reaches around the course (the reason its
+    direct spelling gets), or None. ``own_only``: only when the last part of ``p`` is what reaches
+    around (the node that introduces it)."""
+    if not _is_path(p):
+        return None
+    parts = p.split(".")
+    if parts == ["builtins"]:
+        return "the builtins namespace"
+    for i in [len(parts) - 1] if own_only else range(1, len(parts)):
+        if i < 1:
+            continue
+        a = parts[i]
+        if parts[0] == "torch" and a in TORCH_INTERNAL_PARTS:
+            return f"torch internals ({'.'.join(parts[:i + 1])})"
+        if a in MODULE_ATTRS:
+            return f"the module {a} reached through another object"
+        why = REVIEW_ATTRS.get(a)
+        if why is None or (a in SYS_ONLY_ATTRS and parts[0] != "sys") \
+                or ((a in TORCH_ONLY_ATTRS or a == "_C") and parts[0] != "torch"):
+            continue
+        return why
+    return None
+
+
+def _reflective(v: str) -> str | None:
+    """What a reflective value is, in words (for "kept in a container"), or None."""
+    if v in REFLECTIVE_MODULES:
+        return f"the module {v}"
+    if v.startswith("builtins.") and v[9:] in REFLECTIVE_BUILTINS:
+        return f"the builtin {v[9:]}"
+    if v == "<globals>":
+        return "a module namespace"
+    if path_reason(v):
+        return v
+    return None
+
+
+class Values:
+    """A small abstract interpretation of the code that runs: the values of interest (modules,
+    reflective builtins, torch's namespaces and whatever is reached under them, short strings) each
+    name, attribute name, function result and container may hold. Flow- and scope-insensitive
+    (a name holds everything it is ever bound to, anywhere), so an alias cannot hide a value; a
+    container holds what is put in it; a fixed number of passes over the code keeps it linear."""
+
+    def __init__(self, trees: list, locked_trees: list):
+        self.names: dict[str, set] = {}
+        self.attrs: dict[str, set] = {}  # attribute name -> values stored under it (any object, class bodies too)
+        self.returns: dict[str, set] = {}  # "<def>f" -> what f returns
+        self.params: dict[str, list] = {}  # "<def>f" -> its positional parameters
+        self.bound: set[str] = set()  # names the code binds (otherwise a builtin's name is the builtin)
+        self.imported: dict[str, set] = {}  # name -> paths an import binds it to
+        self.otherwise: set[str] = set()  # names bound other than by an import
+        self.locked: set[str] = set()  # names the locked cells bind
+        self.star: set[str] = set()  # modules imported with *
+        self._edges: list = []
+        self._calls: list = []
+        for tree in locked_trees:
+            self.locked |= {a.asname or a.name.split(".")[0] for n in ast.walk(tree)
+                            if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        for tree in list(locked_trees) + list(trees):
+            self._collect(tree)
+        self.converged = False
+        for _ in range(_PASSES):  # each pass follows every binding once, in order; most code settles in 2
+            self._memo: dict[int, frozenset] = {}
+            if not self._propagate():
+                self.converged = True
+                break
+        self._memo = {}
+        self.seeding_only = self._seeding_only(trees)
+
+    # -- collecting bindings ---------------------------------------------------------------------
+    def _add(self, table: dict, key: str, vals) -> bool:
+        have = table.setdefault(key, set())
+        new = {v for v in vals if v not in have}
+        if new and len(have) < _MAX_VALUES:
+            have |= set(sorted(new)[:_MAX_VALUES - len(have)])
+            return True
+        return False
+
+    def _collect(self, tree) -> None:
+        stack = [(tree, None, False)]
+        while stack:
+            node, fn, in_class = stack.pop()
+            child_fn, child_class = fn, False
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                key = f"<def>{node.name}"
+                self._bind_name(node.name, None, const={key})
+                a = node.args
+                params = [x.arg for x in a.posonlyargs + a.args]
+                self.params.setdefault(key, params)
+                self.bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
+                self.otherwise |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
+                for p, d in zip(params[::-1], a.defaults[::-1]):
+                    self._edges.append(("name", p, d))
+                for x, d in zip(a.kwonlyargs, a.kw_defaults):
+                    if d is not None:
+                        self._edges.append(("name", x.arg, d))
+                if in_class:  # a method is an attribute; a property's value is what it returns
+                    props = any((d.id if isinstance(d, ast.Name) else getattr(d, "attr", None))
+                                in ("property", "cached_property") for d in node.decorator_list)
+                    self._edges.append(("attr_returns" if props else "attr_const", node.name, key))
+                child_fn = key
+            elif isinstance(node, ast.ClassDef):
+                self._bind_name(node.name, None, const={f"<def>{node.name}"})
+                child_class = True
+            elif isinstance(node, ast.Lambda):
+                child_fn = None
+            elif isinstance(node, ast.Return) and fn and node.value is not None:
+                self._edges.append(("return", fn, node.value))
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    self._bind(t, node.value, in_class)
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+                self._bind(node.target, node.value, in_class)
+            elif isinstance(node, ast.NamedExpr):
+                self._bind(node.target, node.value, False)
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                self._bind(node.target, node.iter, False)
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                self._bind(node.optional_vars, node.context_expr, False)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    name = a.asname or a.name.split(".")[0]
+                    path = a.name if a.asname else a.name.split(".")[0]
+                    self.bound.add(name)
+                    self.imported.setdefault(name, set()).add(path)
+                    self.names.setdefault(name, set()).add(path)
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    if a.name == "*":  # every name the code does not bind may come from the module
+                        if node.module and not node.level:
+                            self.star.add(node.module)
+                        continue
+                    name = a.asname or a.name
+                    self.bound.add(name)
+                    path = f"{node.module}.{a.name}" if node.module and not node.level else None
+                    self.imported.setdefault(name, set()).add(path or f"<relative>{a.name}")
+                    if path:
+                        self.names.setdefault(name, set()).add(path)
+            elif isinstance(node, ast.Call):
+                self._calls.append(node)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                self.bound.add(node.name)
+                self.otherwise.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                self.bound.add(node.id)
+                self.otherwise.add(node.id)
+            for c in ast.iter_child_nodes(node):
+                stack.append((c, child_fn, child_class))
+
+    def _bind_name(self, name: str, expr, const=None) -> None:
+        self.bound.add(name)
+        self.otherwise.add(name)
+        if const:
+            self.names.setdefault(name, set()).update(const)
+        if expr is not None:
+            self._edges.append(("name", name, expr))
+            if isinstance(expr, ast.Lambda):
+                self.names.setdefault(name, set()).add(f"<def>{name}")
+                self._edges.append(("return", f"<def>{name}", expr.body))
+
+    def _bind(self, target, value, in_class: bool) -> None:
+        if isinstance(target, ast.Name):
+            self._bind_name(target.id, value)
+            if in_class:
+                self._edges.append(("attr", target.id, value))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            elts = target.elts
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elts) \
+                    and not any(isinstance(e, ast.Starred) for e in elts + value.elts):
+                for t, v in zip(elts, value.elts):
+                    self._bind(t, v, in_class)
+            else:
+                for t in elts:
+                    self._bind(t.value if isinstance(t, ast.Starred) else t, value, in_class)
+        elif isinstance(target, ast.Starred):
+            self._bind(target.value, value, in_class)
+        elif isinstance(target, ast.Attribute):
+            self._edges.append(("attr", target.attr, value))
+        elif isinstance(target, ast.Subscript):
+            r = root_name(target.value)
+            if r is not None:  # a container holds what is put in it (its keys' strings aside)
+                self._edges.append(("held", r, value))
+
+    def _propagate(self) -> bool:
+        changed = False
+        for kind, key, expr in self._edges:
+            if kind in ("attr_const", "attr_returns"):
+                vals = {expr} if kind == "attr_const" else self.returns.get(expr, set())
+                changed |= bool(vals) and self._add(self.attrs, key, vals)
+                continue
+            vals = self.ev(expr)
+            if kind == "held":
+                vals, kind = {v for v in vals if not _is_str(v)}, "name"
+            if vals:
+                table = self.names if kind == "name" else self.attrs if kind == "attr" else self.returns
+                changed |= self._add(table, key, vals)
+        for call in self._calls:  # a student's function called with values: its parameters hold them
+            for f in self.ev(call.func):
+                params = self.params.get(f)
+                if not params:
+                    continue
+                for p, a in zip(params, call.args):
+                    if not isinstance(a, ast.Starred):
+                        changed |= self._add(self.names, p, self.ev(a))
+                for k in call.keywords:
+                    if k.arg in params:
+                        changed |= self._add(self.names, k.arg, self.ev(k.value))
+                if len(params) > len(call.args) and params[:1] in (["self"], ["cls"]):
+                    for p, a in zip(params[1:], call.args):
+                        if not isinstance(a, ast.Starred):
+                            changed |= self._add(self.names, p, self.ev(a))
+        return changed
+
+    # -- evaluating ------------------------------------------------------------------------------
+    def ev(self, node, depth: int = 0) -> frozenset:
+        """The values of interest ``node`` may evaluate to (empty when none is known)."""
+        if node is None or depth > _MAX_DEPTH:
+            return frozenset()
+        key = id(node)
+        got = self._memo.get(key)
+        if got is None:
+            self._memo[key] = frozenset()  # a cycle reads as nothing known
+            got = frozenset(sorted(self._ev(node, depth + 1))[:_MAX_VALUES])
+            self._memo[key] = got
+        return got
+
+    def strings(self, node) -> set[str]:
+        return {v[1:] for v in self.ev(node) if _is_str(v)}
+
+    def _ev(self, node, d) -> set:
+        ev = lambda n: self.ev(n, d)  # noqa: E731
+        if isinstance(node, ast.Name):
+            out = set(self.names.get(node.id, ()))
+            if node.id == "__builtins__":
+                out.add("builtins")
+            elif node.id in _BUILTIN_NAMES and node.id not in self.imported:
+                out.add(f"builtins.{node.id}")  # a name the student binds somewhere may be the builtin elsewhere
+            if self.star and node.id not in self.bound:
+                out |= {j for m in self.star if (j := _join(m, node.id))}
+            return out
+        if isinstance(node, ast.Constant):
+            return {f"'{node.value}"} if isinstance(node.value, str) and len(node.value) <= 80 else set()
+        if isinstance(node, ast.Attribute):
+            out = {j for p in ev(node.value) if (j := _join(p, node.attr))}
+            return out | self.attrs.get(node.attr, set())
+        if isinstance(node, ast.Subscript):
+            if isinstance(node.slice, ast.Slice):  # "mron_reyal"[::-1]
+                return {_ASSEMBLED}
+            keys = self.strings(node.slice)
+            out = set()
+            for p in ev(node.value):
+                if self._namespace(p):
+                    out |= self._lookup(p, keys)
+                else:  # a container holds what was put in it
+                    out.add(p)
+            return out
+        if isinstance(node, ast.Call):
+            return self._ev_call(node, ev)
+        if isinstance(node, ast.BinOp):  # a string assembled from pieces: known when its pieces are
+            left, right = self.strings(node.left), self.strings(node.right)
+            out = {_ASSEMBLED}
+            if isinstance(node.op, ast.Add):
+                out |= {f"'{a}{b}" for a in sorted(left)[:4] for b in sorted(right)[:4] if len(a) + len(b) <= 80}
+            return out
+        if isinstance(node, ast.JoinedStr):
+            if all(isinstance(v, ast.Constant) for v in node.values):
+                return {"'" + "".join(str(v.value) for v in node.values)}
+            return {_ASSEMBLED}
+        if isinstance(node, (ast.BoolOp,)):
+            return set().union(*(ev(v) for v in node.values))
+        if isinstance(node, ast.IfExp):
+            return set(ev(node.body)) | ev(node.orelse)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return set().union(set(), *(ev(e) for e in node.elts))
+        if isinstance(node, ast.Dict):
+            return set().union(set(), *(ev(v) for v in node.values))
+        if isinstance(node, (ast.Starred, ast.NamedExpr, ast.Await)):
+            return set(ev(node.value))
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+            return set(ev(node.elt))
+        if isinstance(node, ast.DictComp):
+            return set(ev(node.value))
+        return set()
+
+    def _ev_call(self, node: ast.Call, ev) -> set:
+        out = set()
+        args = node.args
+        fn = node.func
+        if isinstance(fn, ast.Attribute) and fn.attr in STRING_BUILDERS \
+                or isinstance(fn, ast.Name) and fn.id in ("str", "chr", "format", "repr", "bytes"):
+            out.add(_ASSEMBLED)  # "".join([...]), "{}".format(...), b"...".decode(), chr(...)
+        if isinstance(node.func, ast.Lambda):  # (lambda: sys)()
+            out |= ev(node.func.body)
+        for c in ev(node.func):
+            if c == "builtins.getattr" and len(args) >= 2:
+                out |= {j for p in ev(args[0]) for k in self.strings(args[1]) if (j := _join(p, k))}
+                if len(args) > 2:
+                    out |= ev(args[2])
+            elif c in ("builtins.__import__", "importlib.import_module", "importlib.__import__") and args:
+                out |= self.strings(args[0])
+            elif c == "builtins.vars":
+                out |= {f"{p}.__dict__" for p in ev(args[0]) if _is_path(p)} if args else {"<globals>"}
+            elif c in ("builtins.globals", "builtins.locals"):
+                out.add("<globals>")
+            elif c in ("functools.partial", "builtins.next", "builtins.iter", "builtins.list", "builtins.tuple",
+                       "builtins.dict", "builtins.set", "builtins.reversed", "builtins.sorted") and args:
+                out |= ev(args[0])
+            elif c == "builtins.dict":
+                out |= {v for k in node.keywords for v in ev(k.value)}
+            elif c.startswith("<def>"):
+                out |= self.returns.get(c, set())
+        if isinstance(node.func, ast.Attribute) and node.func.attr in READING_METHODS:
+            keyed = node.func.attr in ("get", "pop", "setdefault", "__getitem__")
+            keys = self.strings(args[0]) if args and keyed else set()
+            for p in ev(node.func.value):
+                if self._namespace(p):  # sys.modules.get("gc"), F.__dict__.get("layer_norm")
+                    out |= self._lookup(p, keys)
+                else:  # a container gives back what it holds
+                    out.add(p)
+        return out
+
+    @staticmethod
+    def _namespace(p: str) -> bool:
+        return p in ("sys.modules", "builtins", "<globals>") or p.endswith((".__dict__", ".__globals__"))
+
+    def _lookup(self, p: str, keys) -> set:
+        """``p[k]`` for a namespace ``p`` and each string ``k``."""
+        if p == "sys.modules":
+            return set(keys)
+        if p == "<globals>":
+            return {v for k in keys for v in self.names.get(k, set()) | (
+                {f"builtins.{k}"} if k in _BUILTIN_NAMES else set())}
+        if p == "builtins" or p.endswith(".__dict__"):
+            base = "builtins" if p == "builtins" else p[:-len(".__dict__")]
+            return {j for k in keys if (j := _join(base, k))}
+        return set()  # a function's globals: a module the code does not name
+
+    # -- what the review asks of values ----------------------------------------------------------
+    def alias(self, node) -> str:
+        """`` (through the alias X)`` when the name at the root of ``node`` is not the value's own
+        name (``_s`` for sys, ``g`` for getattr, ``T`` for torch); "" for the direct spelling."""
+        while True:
+            if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+                node = node.value
+            elif isinstance(node, ast.Call):
+                node = node.func
+            else:
+                break
+        if not isinstance(node, ast.Name):
+            return " (through a value held elsewhere)"  # a container, a comprehension, a lambda...
+        name = node.id
+        if name not in self.bound or name in self.locked and name not in self.otherwise:
+            return ""
+        if name not in self.otherwise and all(p.split(".")[-1] == name for p in self.imported.get(name, ())):
+            return ""
+        return f" (through the alias {name})"
+
+    def import_flagged(self, name: str) -> bool:
+        """Whether ``name`` is bound only by imports that the review flags themselves."""
+        paths = self.imported.get(name)
+        if not paths or name in self.otherwise:
+            return False
+        return all(p.split(".")[0] in REVIEW_MODULES
+                   or p.split(".")[0] == "torch" and set(p.split(".")[1:]) & TORCH_INTERNAL_PARTS for p in paths)
+
+    def public_lookup(self, call: ast.Call) -> bool:
+        """``getattr(nn, NAMES[kind])``, ``getattr(F, act_name)``, ``getattr(torch, dtype_name)``: a
+        lookup on torch's public namespaces by a name held in a variable, a table or an attribute
+        (not assembled from pieces), whose known values are all public names."""
+        if len(call.args) < 2:
+            return False
+        base = self.ev(call.args[0])
+        name = call.args[1]
+        if not base or not base <= PUBLIC_TORCH:
+            return False
+        if not isinstance(name, (ast.Name, ast.Subscript, ast.Attribute, ast.Constant)) \
+                or _ASSEMBLED in self.ev(name):
+            return False
+        return all(s.isidentifier() and not s.startswith("_") and s not in MODULE_ATTRS
+                   and s not in TORCH_INTERNAL_PARTS and s not in REVIEW_ATTRS for s in self.strings(name))
+
+    def seeding_write(self, target) -> bool:
+        """``os.environ["CUBLAS_WORKSPACE_CONFIG"] = ...`` (a known determinism variable, by a
+        literal key) or ``torch.backends.cudnn.deterministic = ...``."""
+        if isinstance(target, ast.Subscript):
+            key = target.slice
+            return isinstance(key, ast.Constant) and key.value in DETERMINISM_VARS \
+                and {v for v in self.ev(target.value) if _is_path(v)} == {"os.environ"}
+        if isinstance(target, ast.Attribute):
+            paths = {j for p in self.ev(target.value) if (j := _join(p, target.attr))}
+            return bool(paths) and paths <= DETERMINISM_SETTINGS
+        return False
+
+    def _seeding_only(self, trees) -> set[str]:
+        """Names bound to ``os`` or ``os.environ`` used, and only, for seeding writes."""
+        paths = {n: {x for x in v if _is_path(x)} for n, v in self.names.items()}
+        names = {n for n, v in paths.items() if v and v <= {"os", "os.environ"}}
+        if not names:
+            return set()
+        ok, used = set(names), set()
+        for tree in trees:
+            parent = {}
+            for n in ast.walk(tree):
+                for c in ast.iter_child_nodes(n):
+                    parent[id(c)] = n
+            for n in ast.walk(tree):
+                if not (isinstance(n, ast.Name) and n.id in ok and isinstance(n.ctx, ast.Load)):
+                    continue
+                up = parent.get(id(n))
+                if paths[n.id] == {"os"}:
+                    up = parent.get(id(up)) if isinstance(up, ast.Attribute) and up.attr == "environ" else None
+                    node = up and up.value
+                else:
+                    node = n
+                if isinstance(up, ast.Subscript) and isinstance(up.ctx, ast.Store) and self.seeding_write(up):
+                    used.add(n.id)
+                    continue
+                if isinstance(up, ast.Attribute) and up.attr == "setdefault" and up.value is node:
+                    call = parent.get(id(up))
+                    if isinstance(call, ast.Call) and call.func is up and call.args \
+                            and isinstance(call.args[0], ast.Constant) and call.args[0].value in DETERMINISM_VARS:
+                        used.add(n.id)
+                        continue
+                ok.discard(n.id)
+        return ok & used
+
+
+def _review_values(values: Values, st, tree, done: set, flag, hand_written: bool, modules, on_self) -> None:
+    """What the direct spelling does not show: uses of values of interest reached through another
+    name, a container, a class attribute or a higher-order call; reflective values stored; and in
+    exercise 05 autograd reached inside the hand-written functions by any name."""
+    ev = values.ev
+    class_bodies: set[int] = set()  # statements directly in a class body (filled as the walk, parents first, meets them)
+    unpacked: set[int] = set()  # the right side of ``a, b = x, y``: aliases, not a container
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ClassDef):
+            class_bodies |= {id(s) for s in n.body}
+        elif isinstance(n, ast.Assign) and isinstance(n.value, (ast.Tuple, ast.List)) and all(
+                isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == len(n.value.elts) for t in n.targets):
+            unpacked.add(id(n.value))
+        if id(n) in done:
+            continue
+        why = None
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            if not values.alias(n) and values.import_flagged(n.id):
+                continue  # ``builtins`` after ``import builtins``: the import says it
+            why = next((r for v in sorted(ev(n)) if (r := path_reason(v, own_only=True))), None)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
+            why = next((r for v in sorted(ev(n)) if (r := path_reason(v, own_only=True))), None)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) \
+                and root_name(n.value) not in modules | {"self", "cls"} and not values.seeding_write(n) \
+                and any(_is_path(v) and not v.startswith("builtins.") for v in ev(n.value)):
+            flag(st, n, "writes into an imported module" + values.alias(n))
+            continue
+        if why:
+            why += values.alias(n)
+        elif isinstance(n, ast.Call):
+            why = _value_call_reason(values, n, hand_written, modules, on_self)
+        if why:
+            flag(st, n, why)
+            done |= {id(m) for m in ast.walk(n)}
+            continue
+        # reflective values kept in a container or a class attribute
+        kept = []
+        if isinstance(n, (ast.List, ast.Tuple, ast.Set)) and isinstance(getattr(n, "ctx", ast.Load()), ast.Load) \
+                and id(n) not in unpacked:
+            kept = n.elts
+        elif isinstance(n, ast.Dict):
+            kept = n.values
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if id(n) in class_bodies or any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in targets):
+                kept = [n.value]
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in STORING_METHODS:
+            kept = list(n.args) + [k.value for k in n.keywords]
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "setattr" and len(n.args) == 3:
+            kept = [n.args[2]]
+        for e in kept:
+            what = next((w for v in sorted(ev(e)) if (w := _reflective(v))), None)
+            if what:
+                flag(st, e, f"{what} kept in a container or class attribute" + values.alias(e))
+                break
+
+
+def _builtin_reason(name: str) -> str:
+    if name in REVIEW_BUILTINS:
+        return f"{name}() ({REVIEW_BUILTINS[name]})"
+    return {"getattr": "getattr() with a computed name on another object", "vars": "vars() of another object",
+            "setattr": "setattr() on a module", "delattr": "delattr() on a module"}[name]
+
+
+def _value_call_reason(values: Values, n: ast.Call, hand_written: bool, modules, on_self) -> str | None:
+    ev = values.ev
+    fn = n.func
+    spelled = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
+    for c in sorted(ev(fn)):
+        direct = isinstance(fn, ast.Name) and c == f"builtins.{fn.id}"  # the builtin by its own name
+        if c.startswith("builtins.") and c[9:] in REFLECTIVE_BUILTINS and not direct:
+            b = c[9:]
+            if b == "getattr":
+                if len(n.args) < 2 or id(n) in on_self or values.public_lookup(n):
+                    continue
+                names = values.strings(n.args[1])
+                if isinstance(n.args[1], ast.Constant) or names:
+                    base = ev(n.args[0])
+                    for k in sorted(names):
+                        paths = [j for p in base if (j := _join(p, k))]
+                        why = next((r for p in sorted(paths) if (r := path_reason(p, own_only=True))), None)
+                        if why is None and not paths and k not in SYS_ONLY_ATTRS | TORCH_ONLY_ATTRS | {"_C"}:
+                            why = REVIEW_ATTRS.get(k) or (f"the module {k} reached through another object"
+                                                          if k in MODULE_ATTRS else None)
+                        if why:
+                            return why + values.alias(n)
+                    if isinstance(n.args[1], ast.Constant):
+                        continue
+                return _builtin_reason(b) + values.alias(n)
+            if b == "vars" and (not n.args or id(n) in on_self):
+                continue
+            if b in ("setattr", "delattr") and not (n.args and (root_name(n.args[0]) in modules
+                                                               or any(_is_path(v) for v in ev(n.args[0])))):
+                continue
+            return _builtin_reason(b) + values.alias(n)
+        if hand_written and c.startswith("torch.") and c.split(".")[-1] in GRAD_SWITCHES \
+                and spelled not in GRAD_SWITCHES and _switches_grad_on(n, c.split(".")[-1]):
+            return "autograd switched back on inside a hand-written backward" + values.alias(n)
+        if hand_written and any(c == r or c.startswith(r + ".") for r in AUTOGRAD_ROUTES):
+            return f"autograd run inside a hand-written backward ({c})" + values.alias(n)
+    for a in list(n.args) + [k.value for k in n.keywords]:  # a reflective builtin handed to a call
+        for v in sorted(ev(a)):
+            if v.startswith("builtins.") and v[9:] in REFLECTIVE_BUILTINS:
+                return f"{_builtin_reason(v[9:])} (passed to {_show(fn)}){values.alias(a)}"
+    return None

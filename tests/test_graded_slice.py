@@ -533,3 +533,198 @@ def test_the_harness_imports_from_the_working_folder_only_the_modules_the_plan_s
     finder = _WorkingFolder(str(tmp_path), ["helper"])
     assert finder.find_spec("helper").origin == str(tmp_path / "helper.py")
     assert finder.find_spec("triton") is None and finder.find_spec("json") is None
+
+
+# --------------------------------------------------------------------------------------------
+# Review reads values: what a name is bound to decides, not how it is spelled
+# --------------------------------------------------------------------------------------------
+
+#: (code appended to the answer cell, a phrase the review must hold): every spelling names its route
+ALIASES = [
+    ("import sys\n_s = sys\n_s.modules['coursekit.checks.ops']._ACTIVE.clear()\n",
+     "every imported module (sys.modules) (through the alias _s)"),
+    ("import sys as s\ns.modules['coursekit.checks.ops']._ACTIVE.clear()\n",
+     "every imported module (sys.modules) (through the alias s)"),
+    ("from sys import modules as m\nm['coursekit.checks.ops']._ACTIVE.clear()\n",
+     "every imported module (sys.modules) (through the alias m)"),
+    ("import sys\nmods = [sys]\nmods[0].modules['coursekit.checks'].OpRecorder = None\n",
+     "every imported module (sys.modules) (through the alias mods)"),
+    ("import sys\nmods = [sys]\n", "the module sys kept in a container or class attribute"),
+    ("import sys\nbox = {'s': sys}\nbox['s'].modules.get('coursekit.checks.ops')\n",
+     "every imported module (sys.modules) (through the alias box)"),
+    ("import sys\nclass K:\n    s = sys\nK.s.modules['coursekit.checks.ops']._ACTIVE.clear()\n",
+     "every imported module (sys.modules) (through the alias K)"),
+    ("import sys\nclass K:\n    s = sys\n", "the module sys kept in a container or class attribute"),
+    ("import sys\n_keep = []\n_keep.append(sys)\n", "the module sys kept in a container or class attribute"),
+    ("import sys\ndef _get():\n    return sys\n_get().modules['coursekit.checks.ops']._ACTIVE.clear()\n",
+     "every imported module (sys.modules) (through the alias _get)"),
+    ("import sys\ndef _off(mod):\n    mod.modules['coursekit.checks.ops']._ACTIVE.clear()\n_off(sys)\n",
+     "every imported module (sys.modules) (through the alias mod)"),
+    ("import sys\n_s = sys\n_s.settrace(None)\n", "tracing other code (through the alias _s)"),
+    ("g = getattr\n_name = input()\n_ns = g(run, _name)\n",
+     "getattr() with a computed name on another object (through the alias g)"),
+    ("g = getattr\n_ns = g(run, '__globals__')['_ACTIVE']\n", "a function's module namespace (through the alias g)"),
+    ("g = getattr\n_ns = g(run, '__glo' + 'bals__')['_ACTIVE']\n", "a function's module namespace (through the alias g)"),
+    ("g = getattr\n_ln = g(torch.sys, 'modules')\n", "every imported module (sys.modules) (through the alias g)"),
+    ("import base64\ne = exec\ne(base64.b64decode(b'eCA9IDE=').decode())\n",
+     "exec() (runs a string as code) (through the alias e)"),
+    ("ev = eval\n_f = ev('F.layer_' + 'norm')\n", "eval() (runs a string as code) (through the alias ev)"),
+    ("cc = compile\n_c = cc('x = 1', 'x', 'exec')\n", "compile() (compiles a string as code) (through the alias cc)"),
+    ("imp = __import__\n_gc = imp('gc')\n", "__import__() (imports by a computed name) (through the alias imp)"),
+    ("imp = __import__\nimp('sys').modules['coursekit.checks.ops']._ACTIVE.clear()\n",
+     "every imported module (sys.modules)"),
+    ("v = vars\n_ln = v(F)['layer_norm']\n", "vars() of another object (through the alias v)"),
+    ("gl = globals\n_r = gl()['run']\n", "globals() (the module namespace) (through the alias gl)"),
+    ("o = open\n_t = o('/etc/hostname').read()\n", "open() (file access) (through the alias o)"),
+    ("sa = setattr\nsa(F, 'layer_norm', lambda *a: a[0])\n", "setattr() on a module (through the alias sa)"),
+    ("import functools\n_ns = functools.reduce(getattr, ['__globals__'], run)\n",
+     "getattr() with a computed name on another object (passed to functools.reduce)"),
+    ("from functools import reduce\n_ns = reduce(getattr, ['__globals__'], run)\n",
+     "getattr() with a computed name on another object (passed to reduce)"),
+    ("import functools\n_ns = functools.partial(getattr, run)('__globals__')\n",
+     "getattr() with a computed name on another object (passed to functools.partial)"),
+    ("_ns = list(map(getattr, [run], ['__globals__']))\n",
+     "getattr() with a computed name on another object (passed to map)"),
+    ("from operator import attrgetter as ag\n_ns = ag('__globals__')(run)\n",
+     "a lookup by a computed name (through the alias ag)"),
+    ("from operator import methodcaller as mc\n_subs = mc('__subclasses__')(object)\n",
+     "a call by a computed name (through the alias mc)"),
+    ("T = torch\n_ln = T._C._nn.layer_norm\n", "torch internals (torch._C) (through the alias T)"),
+    ("T = torch\n_lib = T.library.Library('aten', 'IMPL')\n", "torch internals (torch.library) (through the alias T)"),
+    ("T = torch\nT.nn.functional.layer_norm = lambda *a: a[0]\n", "writes into an imported module (through the alias T)"),
+    ("import builtins\nb = builtins.__dict__\nb['exec']('x = 1')\n",
+     "exec() (runs a string as code) (through the alias b)"),
+    ("B = __builtins__\n_x = B.exec\n", "the builtins namespace (through the alias B)"),
+    ("getattr(__builtins__, 'ex' + 'ec')('x = 1')\n", "exec() (runs a string as code)"),
+    ("import sys\n_m = (lambda: sys)().modules\n", "every imported module (sys.modules)"),
+    ("g = getattr\n_ns = g.__call__(run, '__globals__')\n", "a function's module namespace (through the alias g)"),
+    ("from sys import *\n_m = modules['coursekit.checks.ops']\n", "every imported module (sys.modules)"),
+    ("import sys\ndef _f(s=sys):\n    return s.modules\n", "every imported module (sys.modules) (through the alias s)"),
+    ("import sys\n_m = [m for m in (sys,)][0].modules\n", "every imported module (sys.modules) (through a value held"),
+    ("_g = vars()['getattr']\n_ns = _g(run, '__globals__')\n", "a function's module namespace (through the alias _g)"),
+    ("import sys\nclass _K:\n    def get(self):\n        return sys\n_m = _K().get().modules\n",
+     "every imported module (sys.modules) (through the alias _K)"),
+    ("import sys\nclass _K:\n    @property\n    def s(self):\n        return sys\n_m = _K().s.modules\n",
+     "every imported module (sys.modules) (through the alias _K)"),
+]
+
+
+@pytest.mark.parametrize("code, why", ALIASES, ids=[c.replace("\n", "; ")[:60] for c, _ in ALIASES])
+def test_an_alias_of_a_reflective_value_is_flagged_with_the_direct_reason_and_the_alias(code, why):
+    found = review([LN + code])
+    assert any(why in f and "answer cell layernorm_impl, line " in f for f in found), found
+    assert costs([LN + code]) == [] or "layer_norm" in code
+
+
+BACKWARD = ("def rmsnorm_backward(grad_out, x, weight, rstd):\n    {line}\n"
+            "    return grad_out * rstd * weight, (grad_out * x * rstd).reshape(-1, x.shape[-1]).sum(0)\n")
+#: exercise 05: (module-level code, a line inside the hand-written backward, a phrase the review must hold)
+AUTOGRAD_ALIASES = [
+    ("_on = torch.enable_grad\n", "with _on():\n        y = x.detach().requires_grad_()",
+     "autograd switched back on inside a hand-written backward (through the alias _on)"),
+    ("_im = torch.inference_mode\n", "with _im(False):\n        y = x.detach().requires_grad_()",
+     "autograd switched back on inside a hand-written backward (through the alias _im)"),
+    ("_sg = torch.set_grad_enabled\n", "_sg(True)",
+     "autograd switched back on inside a hand-written backward (through the alias _sg)"),
+    ("from torch import enable_grad as eg\n", "with eg():\n        y = x.detach().requires_grad_()",
+     "autograd switched back on inside a hand-written backward (through the alias eg)"),
+    ("", "with getattr(torch, 'enable_grad')():\n        y = x.detach().requires_grad_()",
+     "autograd switched back on inside a hand-written backward"),
+    ("_ag = torch.autograd.grad\n", "g = _ag(x.sum(), x)",
+     "autograd run inside a hand-written backward (torch.autograd.grad) (through the alias _ag)"),
+    ("", "g = torch.autograd.grad(x.sum(), x)", "autograd run inside a hand-written backward (torch.autograd.grad)"),
+    ("", "j = torch.func.vmap(torch.func.jacfwd(torch.sin))(x)",
+     "autograd run inside a hand-written backward (torch.func.vmap)"),
+    ("from torch.func import jacrev as _jr\n", "j = _jr(torch.sin)(x)",
+     "autograd run inside a hand-written backward (torch.func.jacrev) (through the alias _jr)"),
+    ("import torch.autograd.forward_ad as fwAD\n", "with fwAD.dual_level():\n        d = fwAD.make_dual(x, x)",
+     "autograd run inside a hand-written backward (torch.autograd.forward_ad.dual_level) (through the alias fwAD)"),
+]
+
+
+@pytest.mark.parametrize("prefix, line, why", AUTOGRAD_ALIASES, ids=[a[1].split("\n")[0][:40] for a in AUTOGRAD_ALIASES])
+def test_exercise_05_autograd_reached_by_any_name_inside_a_hand_written_backward_is_flagged(prefix, line, why):
+    found = scan.review(sliced([prefix + BACKWARD.format(line=line)], gid="rmsnorm_backward_impl"))
+    assert any(why in f for f in found), found
+
+
+def test_exercise_05_autograd_outside_the_hand_written_functions_and_switched_off_is_not_flagged():
+    code = ("_off = torch.no_grad\n_im = torch.inference_mode\n_ag = torch.autograd.grad\n"
+            + BACKWARD.format(line="with _off(), _im():\n        y = x * 2"))
+    assert scan.review(sliced([code], gid="rmsnorm_backward_impl")) == []
+
+
+#: honest code on torch's public API and seeding boilerplate: no flag
+PUBLIC_IDIOMS = [
+    "NAMES = {'gelu': 'GELU', 'relu': 'ReLU'}\ndef make_act(kind):\n    return getattr(nn, NAMES[kind])()\n",
+    "def make_norm(kind, dim):\n    return getattr(nn, kind)(dim)\n",
+    "_act = getattr(nn, 'GELU')()\n",
+    "def act(x, act_name='gelu'):\n    return getattr(F, act_name)(x)\n",
+    "def cast(x, dtype_name='float32'):\n    return x.to(getattr(torch, dtype_name))\n",
+    "class Cfg:\n    act = 'silu'\n_fn = getattr(F, Cfg.act)\n",
+    "import os\nos.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:8'\n",
+    "import os\nos.environ['PYTHONHASHSEED'] = '0'\nos.environ['CUDA_LAUNCH_BLOCKING'] = '1'\n",
+    "import os\nos.environ.setdefault('PYTHONHASHSEED', '0')\n",
+    "from os import environ\nenviron['CUBLAS_WORKSPACE_CONFIG'] = ':16:8'\n",
+    "torch.backends.cudnn.deterministic = True\ntorch.backends.cudnn.benchmark = False\n"
+    "torch.backends.cuda.matmul.allow_tf32 = False\ntorch.use_deterministic_algorithms(True)\n",
+    "import random\nimport numpy as np\nrandom.seed(0)\nnp.random.seed(0)\ntorch.manual_seed(0)\n",
+    "T = torch\n_x = T.ones(3)\nACTS = {'gelu': F.gelu, 'relu': F.relu}\n_y = ACTS['gelu'](_x)\n",
+    "import functools, operator\n_n = functools.reduce(operator.mul, (2, 3), 1)\n_p = functools.partial(F.gelu, approximate='tanh')\n",
+]
+
+
+@pytest.mark.parametrize("code", PUBLIC_IDIOMS, ids=[c.replace("\n", "; ")[:50] for c in PUBLIC_IDIOMS])
+def test_common_idioms_on_torchs_public_api_and_seeding_are_not_flagged(code):
+    assert review([LN + code]) == [] and costs([LN + code]) == []
+
+
+@pytest.mark.parametrize("code, why", [
+    ("import os\nos.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:8'\n_l = os.listdir('/')\n", "imports os"),
+    ("import os\nos.environ['LD_PRELOAD'] = '/tmp/x.so'\n", "imports os"),
+    ("import os\nos.environ['LD_PRELOAD'] = '/tmp/x.so'\n", "writes into an imported module"),
+    ("import os\n_k = 'PYTHONHASHSEED'\nos.environ[_k] = '0'\n", "imports os"),
+    ("def make(kind):\n    return getattr(nn, '_' + kind)\n", "computed name"),
+    ("NAMES = {'a': '_C'}\ndef make(kind):\n    return getattr(torch, NAMES[kind])\n", "computed name"),
+    ("def f(name):\n    return getattr(torch, name)\n_c = f('_C')\n", "computed name"),
+    ("def f(o, name):\n    return getattr(o, name)\n", "computed name"),
+    ("_name = ''.join(['lay', 'er', '_no', 'rm'])\n_fn = getattr(torch.nn.functional, _name)\n", "computed name"),
+    ("_name = 'lay' + 'er_norm'\n_fn = getattr(F, _name)\n", "computed name"),
+    ("_name = 'mron_reyal'[::-1]\n_fn = getattr(F, _name)\n", "computed name"),
+    ("_name = f'{\"layer\"}_norm'\n_fn = getattr(F, _name)\n", "computed name"),
+    ("def f(n):\n    return getattr(F, n)\n_fn = f('layer_' + 'norm')\n", "computed name"),
+    ("torch.backends.cudnn.deterministic = True\ntorch.backends.cudnn.thing = 1\n", "writes into an imported module"),
+], ids=["os-other-use", "os-other-variable", "os-other-variable-write", "os-computed-key", "nn-private-name",
+        "torch-table-private-name", "torch-name-passed-private", "getattr-on-any-object", "name-joined",
+        "name-added", "name-reversed", "name-f-string", "name-added-passed", "cudnn-other-setting"])
+def test_near_misses_of_the_idioms_are_still_flagged(code, why):
+    assert any(why in f for f in review([LN + code])), review([LN + code])
+
+
+#: the hostile fixtures (real layout) whose cheat is an alias or another route the review reads by value
+VALUE_CHEATS = ["alias_sys_releases_guards", "alias_getattr_globals", "alias_exec_base64", "reduce_getattr_globals",
+                "modules_in_containers", "alias_torch_internals", "alias_vars_and_import", "alias_enable_grad",
+                "alias_inference_mode"]
+ANSWER_CELL = {"01_layernorm": "layernorm_impl", "05_backward": "rmsnorm_backward_impl"}
+
+
+def test_a_name_assembled_from_pieces_is_a_computed_name_on_torchs_namespaces_too():
+    fx = read_code_fixture(FIXTURES / "hostile" / "builtin_obfuscated.py")
+    answer, added = split_cells(fx["code"])
+    assert any("computed name" in f for f in review([answer], added))
+
+
+@pytest.mark.parametrize("name", VALUE_CHEATS)
+def test_hostile_fixtures_that_reach_around_through_an_alias_are_flagged_naming_it(name):
+    fx = read_code_fixture(FIXTURES / "hostile" / f"{name}.py")
+    answer, added = split_cells(fx["code"])
+    found = scan.review(sliced([answer], added, gid=ANSWER_CELL[fx["assignment"]]))
+    assert fx["review"] and any(fx["review"] in f and ", line " in f for f in found), found
+
+
+def test_a_chain_of_aliases_longer_than_the_review_follows_is_itself_flagged():
+    chain = "".join(f"def _f{i}():\n    return _f{i + 1}()\n" for i in range(60))
+    code = LN + chain + "import sys\ndef _f60():\n    return sys\n_f0().modules['coursekit.checks.ops']._ACTIVE.clear()\n"
+    assert any("more aliases in a row than the review follows" in f for f in review([code]))
+    short = LN + chain.replace("_f60", "_end") + "def _end():\n    return 1\n"
+    assert review([short]) == []
