@@ -198,6 +198,12 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     except Exception as e:  # noqa: BLE001 -- the course package itself is broken: every test reports it
         load_error = f"the course's checks could not be imported: {type(e).__name__}: {e}"
     blocked = _block_ops(job.get("block_ops") or [])
+    # the observers (autograder/inside/observers.py): an audit hook, thread starts, and the state of
+    # everything the probes rely on, as it is now, before any student code runs
+    import observers as _observers_module
+    obs = _observers_module.install(blocked)
+    sys.modules.pop("observers", None)  # reachable from here on only through the collector or frames (audited)
+    del _observers_module
 
     from IPython.core.interactiveshell import InteractiveShell
     shell = InteractiveShell.instance(colors="NoColor")
@@ -220,6 +226,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
         if step["kind"] == "cell":
             signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, cell_s)
+            obs.cell(str(step.get("label", ""))[:80])
             try:
                 res = shell.run_cell(step["source"], store_history=False)
                 err = res.error_before_exec or res.error_in_exec
@@ -227,11 +234,12 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                 err = e
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-            send(pack({"event": "cell", "n": n, "full": _writable_full(),
+            send(pack({"event": "cell", "n": n, "full": _writable_full(), "observed": obs.cell_report(),
                        "error": None if err is None else _error_text(err, error_chars)}))
             continue
         gid = step["grade_id"]
         check = tests.get(gid)
+        before = obs.probe_start(gid)
         bench = check is not None and check.kind == "benchmark"
         if check is None:
             rec = {"ok": False, "error": "CheckFailed", "where": "",
@@ -258,17 +266,20 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                     if step.get("served"):  # no served workload here: say so, the grader gets no timing
                         send(pack({"event": "ready", "n": n, "ok": False}))
                     if bench and blocked is not None:
+                        blocked._released_by_harness = True  # the observers know it is the harness's doing
                         blocked.release()  # the notebook's benchmark times torch's own op beside the student's
                     rec = collect(check, ns)
             except BaseException as e:  # noqa: BLE001
                 rec = {"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""}
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+        seen = obs.probe_end(step.get("nonce"))
+        observed = {"events": seen["events"], "problems": before + seen["problems"], "nonce": seen["nonce"]}
         try:
-            frame = record_frame(rec, {"event": "test", "n": n})
+            frame = record_frame(rec, {"event": "test", "n": n, "observed": observed})
         except Exception as e:  # noqa: BLE001 -- e.g. a probe result that cannot be encoded
             frame = record_frame({"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""},
-                                 {"event": "test", "n": n})
+                                 {"event": "test", "n": n, "observed": observed})
         send(frame)
     send(pack({"event": "bye"}))
     sys.__stdout__.flush()
