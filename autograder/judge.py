@@ -67,10 +67,14 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
                     costs[names] = scan.costs(plan.slice, names) if plan.slice is not None else []
                 seen = costs[names]
                 if observed.get(t.index):  # the observers inside saw the probe's ground taken away
+                    from coursekit.checks import explain_error
+                    also = ""
+                    if isinstance(record, dict) and record.get("ok") is False:
+                        also = f" The probe itself reported: {explain_error(record)[:500]}"
                     raise CheckFailed(
                         "this test gives no points: while it ran, the grader's observers saw "
                         + "; ".join(observed[t.index]) + ". The test cannot trust what it measured "
-                        "(the course's guards and probes must run as released)")
+                        "(the course's guards and probes must run as released)." + also)
                 if seen:
                     what = ("the normalization yourself from the formula" if check.forbidden_ops else
                             "the block yourself from its parts")

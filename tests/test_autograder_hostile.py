@@ -306,7 +306,6 @@ def test_the_observers_name_what_they_saw(graded):
     assert all("OpRecorder was replaced" in m and "kernels was released" in m for m in msgs), msgs
     tests = {t["grade_id"]: t for t in res["hostile-frames_during_probe"]["tests"]}
     assert "sys._getframe" in tests["layernorm_matches_torch"]["message"], tests["layernorm_matches_torch"]
-    assert tests["layernorm_parameters"]["passed"], tests["layernorm_parameters"]  # forward did not run there
     for sid, row in rows.items():
         if sid.startswith("right-") or sid == "solution":
             assert "audit event" not in row["review"], (sid, row["review"])

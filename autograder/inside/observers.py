@@ -48,6 +48,8 @@ DIRECT = frozenset({"sys._getframe", "object.__getattr__", "compile", "exec", "f
 PROBE_ONLY = frozenset({"import", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.system",
                         "subprocess.Popen"})
 STUDENT_FILES = ("<ipython-input-",)
+#: the modules whose classes' attributes are guarded (writing them is an event)
+GUARDED_MODULES = ("torch", "coursekit", "course", "observers", "harness", "autograder")
 MAX_EVENTS = 50
 
 
@@ -99,6 +101,9 @@ class Observers:
                 and not self._is_student(frame, direct=True):
             self._cells[args[1]] = self._step[1]  # IPython compiling a cell: its file name is that cell's
             return
+        if event in ("object.__setattr__", "object.__delattr__") and args and isinstance(args[0], type) and \
+                not str(getattr(args[0], "__module__", "")).startswith(GUARDED_MODULES):
+            return  # a class of the student's or the standard library's (namedtuple sets __module__, __doc__)
         where = self._is_student(frame, direct=event in DIRECT)
         if where is None:
             return
@@ -243,7 +248,7 @@ class Observers:
             from coursekit.checks import ops
             if blocked not in ops._ACTIVE or not blocked.libraries:
                 problems.append("the block on torch's built-in normalization kernels was released")
-            else:
+            elif any(q.startswith("aten::native_layer_norm") for q, _ in blocked.registered):
                 try:
                     torch.native_layer_norm(torch.zeros(1, 2), [2], None, None, 1e-5)
                     problems.append("torch's built-in layer_norm kernel runs again (the kernel block is off)")
