@@ -79,6 +79,17 @@ class Observers:
     def hook(self, event, args):
         if event not in EVENTS and event[:7] != "ctypes.":
             return
+        # the hot path's bulk, left before any frame is looked at: torch and dynamo reading frames'
+        # code (the student needs a frame first: sys._getframe, tb_frame are events themselves), and
+        # imports executing modules' code (compiled from a file: its compile or unmarshalling was
+        # the event, if any)
+        if event == "object.__getattr__":
+            if len(args) > 1 and args[1] == "f_code":
+                return
+        elif event == "exec":
+            fn = getattr(args[0], "co_filename", "") if args else ""
+            if isinstance(fn, str) and fn.startswith(("/", "<frozen ")):
+                return
         ident = self._ident()
         if ident in self._busy:
             return
@@ -107,9 +118,6 @@ class Observers:
         where = self._is_student(frame, direct=event in DIRECT)
         if where is None:
             return
-        if event == "object.__getattr__" and len(args) > 1 and args[1] in ("f_code",) and \
-                type(args[0]).__name__ == "frame" and args[0].f_code.co_filename.startswith(STUDENT_FILES):
-            return  # the student's own frame's code: the student's own business (a traceback of theirs)
         if len(self._events) < MAX_EVENTS:
             self._events.append((event, _detail(event, args), where[0], where[1]))
 
