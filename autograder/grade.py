@@ -206,7 +206,9 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.timings = {k: round(v, 3) for k, v in tr.timings.items()}
     o.output_tail = res.output[-protocol.OUTPUT_TAIL_CHARS:]  # results.json only: never shown to students
     o.cell_errors = protocol.bound_cell_errors(tr.cell_errors)
-    o.tests = judge_records(tests, tr.records, plan, tr.served, draw=draw)
+    o.tests = judge_records(tests, tr.records, plan, tr.served, tr.observed, draw=draw)
+    # the student's audit events in ordinary cells (autograder/inside/observers.py): for a person
+    o.review = (o.review + [f"audit event: {e}" for e in tr.cell_events])[:MAX_REVIEW]
     o.score = sum(t.points for t in o.tests)
     if tr.disk_full:
         o.notes.append(f"your code filled the sandbox's writable space ({limits.tmp_mb} MB in the working "

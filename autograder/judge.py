@@ -28,16 +28,19 @@ def _served_detail(m: dict) -> dict:
 
 
 def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
-                  served: dict | None = None, draw: int = 0) -> list[TestResult]:
+                  served: dict | None = None, observed: dict | None = None, draw: int = 0) -> list[TestResult]:
     """The verdict on each test, from ``records`` (test index -> record, or a message saying why
     there is none), in the trusted process.
 
     ``plan``: its graded slice says which built-ins graded code names (:func:`scan.costs`).
+    ``observed``: test index -> what the observers inside the sandbox saw during its probe
+    (:func:`autograder.protocol.observations`): such a test scores nothing, the message naming it.
     ``served``: the benchmarks timed from here (:mod:`autograder.outside`), by test index. A
     benchmark passes only on those measurements; its record from the sandbox can only fail it
     (the student's module could not be built).
     """
     served = served or {}
+    observed = observed or {}
     from coursekit.checks import HIDDEN_IDS, CheckFailed, verdict
     from coursekit.checks.seeded import salted
 
@@ -64,6 +67,15 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
                 if names not in costs:
                     costs[names] = scan.costs(plan.slice, names) if plan.slice is not None else []
                 seen = costs[names]
+                if observed.get(t.index):  # the observers inside saw the probe's ground taken away
+                    from coursekit.checks import explain_error
+                    also = ""
+                    if isinstance(record, dict) and record.get("ok") is False:
+                        also = f" The probe itself reported: {explain_error(record)[:500]}"
+                    raise CheckFailed(
+                        "this test gives no points: while it ran, the grader's observers saw "
+                        + "; ".join(observed[t.index]) + ". The test cannot trust what it measured "
+                        "(the course's guards and probes must run as released)." + also)
                 if seen:
                     what = ("the normalization yourself from the formula" if check.forbidden_ops else
                             "the block yourself from its parts")

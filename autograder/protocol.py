@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import time
 from dataclasses import dataclass, field
@@ -130,6 +131,32 @@ def bound_cell_errors(errors) -> list[dict]:
     return out
 
 
+MAX_OBSERVED = 5  # observations kept per test (each bounded to OBSERVED_CHARS)
+OBSERVED_CHARS = 200
+
+
+def _texts(v) -> list:
+    """A list of short strings from the sandbox (anything else: nothing)."""
+    if not isinstance(v, list):
+        return []
+    return [_clip(x, OBSERVED_CHARS) for x in v[:MAX_OBSERVED * 4] if isinstance(x, str)]
+
+
+def observations(obs, nonce) -> list:
+    """The reasons a test's probe cannot be trusted, in the grader's words, from what the observers
+    inside reported with the test's reply (:mod:`autograder.inside.observers`): the student's audit
+    events during the probe, an observer or guard found replaced or off, and the nonce this side
+    sent with the step, which must come back through the audit hook."""
+    if not isinstance(obs, dict):
+        return ["the observers' report did not come back with this test"]
+    out = [f"your code did {e} while this test ran" for e in _texts(obs.get("events"))]
+    out += [f"{p}" for p in _texts(obs.get("problems"))]
+    if nonce is not None and obs.get("nonce") != nonce:
+        out.append("the grader's audit check did not answer for this test (its nonce did not come back "
+                   "through the audit hook)")
+    return list(dict.fromkeys(out))[:MAX_OBSERVED]
+
+
 def send(stdin, obj) -> None:
     try:
         stdin.write((json.dumps(obj) + "\n").encode())
@@ -149,6 +176,11 @@ class Transcript:
     cell_errors: list = field(default_factory=list)  # {"label", "error"}, bounded: bound_cell_errors
     disk_full: bool = False  # a cell ended with the sandbox's writable space full
     broke: str = ""  # why the conversation stopped early, in the grader's words
+    #: what the observers inside saw during each test's probe (test index -> reasons, the grader's
+    #: words; autograder/inside/observers.py): that test scores nothing
+    observed: dict = field(default_factory=dict)
+    #: the student's audit events in ordinary cells: ``"<event> (<cell>, line <n>)"``, for review
+    cell_events: list = field(default_factory=list)
     #: seconds spent, by phase (grader's clock): "start" (sandbox and interpreter up, until
     #: ``hello``), "cells", "tests", "benchmark" (served), "exit" (``end`` until ``bye``)
     timings: dict = field(default_factory=dict)
@@ -182,13 +214,17 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
         expect("hello", None, step_s)
         spent("start")
         for n, step in enumerate(steps):
-            send(stdin, {"op": "step", "n": n, **step})
+            nonce = secrets.randbits(48) if step["kind"] == "test" else None
+            send(stdin, {"op": "step", "n": n, **step, **({"nonce": nonce} if nonce is not None else {})})
             if step["kind"] == "cell":
                 msg, _ = expect("cell", n, step_s)
                 if msg.get("error"):
                     tr.cell_errors.append({"label": _clip(str(step.get("label", "")), CELL_LABEL_CHARS),
                                            "error": _clip(str(msg["error"]), CELL_ERROR_CHARS)})
                 tr.disk_full = tr.disk_full or msg.get("full") is True
+                for ev in _texts(msg.get("observed")):
+                    if len(tr.cell_events) < MAX_OBSERVED * 4 and ev not in tr.cell_events:
+                        tr.cell_events.append(ev)
                 spent("cells")
             else:
                 index = step["index"]
@@ -203,7 +239,8 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
                         tr.records[index] = f"this test did not finish: {e}"
                         raise
                     send(stdin, {"op": "end"})
-                    expect("test", n, step_s)
+                    msg, _ = expect("test", n, step_s)  # what the observers saw while it answered
+                    tr.observed[index] = observations(msg.get("observed"), nonce)
                     spent("tests")
                     tr.answered = n + 1
                     continue
@@ -220,6 +257,7 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
                         send(stdin, {"op": "end"})
                 msg, arrays = expect("test", n, step_s)
                 spent("tests")
+                tr.observed[index] = observations(msg.get("observed"), nonce)
                 try:
                     tr.records[index] = wire.check_record(msg.get("record"), arrays)
                 except wire.WireError as e:

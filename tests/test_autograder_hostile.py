@@ -309,3 +309,18 @@ print("RESULT", outcome("layernorm_benchmark", ns) or "passed")
     env = dict(venv_env(), OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert "RESULT passed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_the_observers_name_what_they_saw(graded):
+    """The observers inside the sandbox (autograder/inside/observers.py): a guard released and a
+    spy swapped through aliases, found before the probe, and an audit event during the probe (the
+    student's sys._getframe) cost the tests, each message naming what was seen; honest rows
+    (torch.compile among them) carry no audit event."""
+    res, rows = graded["results"], graded["rows"]
+    msgs = [t["message"] for t in res["hostile-guards_off_through_aliases"]["tests"]]
+    assert all("OpRecorder was replaced" in m and "kernels was released" in m for m in msgs), msgs
+    tests = {t["grade_id"]: t for t in res["hostile-frames_during_probe"]["tests"]}
+    assert "sys._getframe" in tests["layernorm_matches_torch"]["message"], tests["layernorm_matches_torch"]
+    for sid, row in rows.items():
+        if sid.startswith("right-") or sid == "solution":
+            assert "audit event" not in row["review"], (sid, row["review"])

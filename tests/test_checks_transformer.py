@@ -122,3 +122,43 @@ def test_a_torch_layer_in_the_notebook_beside_the_block_costs_nothing(solution):
     ns["ref"](torch.randn(2, 3, 16))
     for gid in ("transformer_block_prenorm_matches_torch", "transformer_stack_prenorm_matches_torch"):
         assert outcome(gid, ns) is None, gid
+
+
+@pytest.mark.parametrize("how", ["unbound forward", "borrowed _sa_block", "copied code object"])
+def test_torch_layers_code_is_seen_however_it_is_called(solution, how):
+    """nn.TransformerEncoderLayer's own code, run without a module call (no forward pre-hook fires):
+    unbound, its _sa_block/_ff_block borrowed, or a copy of its code object under another name."""
+    import types as _types
+
+    from notebook_ns import outcome
+
+    TEL = nn.TransformerEncoderLayer
+    base = solution["TransformerBlock"]
+    code = TEL.forward.__code__.replace(co_name="my_forward")
+    fwd = _types.FunctionType(code, TEL.forward.__globals__, "my_forward", TEL.forward.__defaults__)
+
+    class TransformerBlock(base):
+        self_attn = property(lambda self: self.attn)
+        linear1 = property(lambda self: self.ffn[0])
+        dropout = property(lambda self: self.ffn[2])
+        linear2 = property(lambda self: self.ffn[3])
+        activation = property(lambda self: self.ffn[1])
+        activation_relu_or_gelu = 0
+        _sa_block, _ff_block = TEL._sa_block, TEL._ff_block
+
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.dropout1, self.dropout2 = nn.Dropout(0.0), nn.Dropout(0.0)
+
+        def forward(self, x, attn_mask=None, key_padding_mask=None):
+            if how == "unbound forward":
+                return TEL.forward(self, x, attn_mask, key_padding_mask)
+            if how == "copied code object":
+                return fwd(self, x, attn_mask, key_padding_mask)
+            n = self.norm1 if self.norm_first else (lambda t: t)
+            x = x + self._sa_block(n(x), attn_mask, key_padding_mask)
+            return x + self._ff_block(self.norm2(x) if self.norm_first else x)
+
+    ns = dict(solution, TransformerBlock=TransformerBlock)
+    msg = outcome("transformer_block_prenorm_matches_torch", ns)
+    assert msg is not None and "runs torch's nn.TransformerEncoderLayer" in msg, msg

@@ -184,6 +184,12 @@ def main(reply_fd: int, ctrl_fd: int = 0):
         load_error = f"the course's checks could not be imported: {type(e).__name__}: {e}"
     answer_parts = _answer_parts()  # the refereed tests' machinery, looked up before any student code
     blocked = _block_ops(job.get("block_ops") or [])
+    # the observers (autograder/inside/observers.py): an audit hook, thread starts, and the state of
+    # everything the probes rely on, as it is now, before any student code runs
+    import observers as _observers_module
+    obs = _observers_module.install(blocked)
+    sys.modules.pop("observers", None)  # reachable from here on only through the collector or frames (audited)
+    del _observers_module
 
     from IPython.core.interactiveshell import InteractiveShell
     shell = InteractiveShell.instance(colors="NoColor")
@@ -210,6 +216,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
         if step["kind"] == "cell":
             signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, cell_s)
+            obs.cell(str(step.get("label", ""))[:80])
             try:
                 res = shell.run_cell(step["source"], store_history=False)
                 err = res.error_before_exec or res.error_in_exec
@@ -217,13 +224,14 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                 err = e
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-            send(pack({"event": "cell", "n": n, "full": _writable_full(),
+            send(pack({"event": "cell", "n": n, "full": _writable_full(), "observed": obs.cell_report(),
                        "error": None if err is None else _error_text(err, error_chars)}))
             continue
         gid = step["grade_id"]
         if step.get("refereed"):  # the grader runs this test's probe; this process answers its calls
             for name in step.get("needs") or []:
                 probed.setdefault(name, []).append(shell.user_ns.get(name, _MISSING))
+            before = obs.probe_start(gid)  # the observers watch every call the grader asks for
             signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, test_s)
             try:
@@ -232,10 +240,13 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                 pass
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            seen = obs.probe_end(step.get("nonce"))
+            observed = {"events": seen["events"], "problems": before + seen["problems"], "nonce": seen["nonce"]}
             send(record_frame({"ok": False, "error": "CheckFailed", "message": "refereed", "where": ""},
-                              {"event": "test", "n": n}))
+                              {"event": "test", "n": n, "observed": observed}))
             continue
         check = tests.get(gid)
+        before = obs.probe_start(gid)
         bench = check is not None and check.kind == "benchmark"
         if check is None:
             rec = {"ok": False, "error": "CheckFailed", "where": "",
@@ -262,17 +273,20 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                     if step.get("served"):  # no served workload here: say so, the grader gets no timing
                         send(pack({"event": "ready", "n": n, "ok": False}))
                     if bench and blocked is not None:
+                        blocked._released_by_harness = True  # the observers know it is the harness's doing
                         blocked.release()  # the notebook's benchmark times torch's own op beside the student's
                     rec = collect(check, ns)
             except BaseException as e:  # noqa: BLE001
                 rec = {"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""}
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+        seen = obs.probe_end(step.get("nonce"))
+        observed = {"events": seen["events"], "problems": before + seen["problems"], "nonce": seen["nonce"]}
         try:
-            frame = record_frame(rec, {"event": "test", "n": n})
+            frame = record_frame(rec, {"event": "test", "n": n, "observed": observed})
         except Exception as e:  # noqa: BLE001 -- e.g. a probe result that cannot be encoded
             frame = record_frame({"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""},
-                                 {"event": "test", "n": n})
+                                 {"event": "test", "n": n, "observed": observed})
         send(frame)
     send(pack({"event": "bye"}))
     sys.__stdout__.flush()
@@ -376,9 +390,10 @@ def _answer_parts():
 
     from coursekit.checks import wire
     from coursekit.checks.ops import OpRecorder
+    from coursekit.checks import _modes_in_place
     from coursekit.checks.remote import Answerer, answer_table
     return (base64.b64decode, contextlib.redirect_stdout, contextlib.redirect_stderr, io.StringIO, wire.frame_sizes,
-            wire.unpack_value, wire.pack_value, wire.pack, OpRecorder, Answerer, answer_table())
+            wire.unpack_value, wire.pack_value, wire.pack, OpRecorder, Answerer, answer_table(), _modes_in_place)
 
 
 def _answer(ns, watch, lines, send, n, parts):
@@ -389,7 +404,7 @@ def _answer(ns, watch, lines, send, n, parts):
     prints and warnings kept out; objects that are not data stay here, behind a handle, until the
     end of the test."""
     (b64decode, redirect_stdout, redirect_stderr, StringIO, frame_sizes, unpack_value, pack_value, pack,
-     OpRecorder, Answerer, helpers) = parts
+     OpRecorder, Answerer, helpers, modes_in_place) = parts
     answerer = Answerer(ns, helpers)
     send(pack({"event": "ready", "n": n, "ok": True}))
     while True:
@@ -401,6 +416,10 @@ def _answer(ns, watch, lines, send, n, parts):
         request = unpack_value(frame[8:8 + nh], frame[8 + nh:8 + nh + nb])
         with OpRecorder(active=bool(watch)) as rec, redirect_stdout(StringIO()), redirect_stderr(StringIO()):
             reply = answerer.answer(request)
+            if not modes_in_place(rec):  # the recorder taken off torch's mode stacks while the student's code ran
+                reply = {"ok": False, "error": "CheckFailed", "where": "",
+                         "message": "the op recorder was taken off torch's mode stack while your code ran, so this "
+                                    "test cannot see which torch ops ran: it gives no points"}
         reply["ops"] = sorted(rec.seen & watch)
         try:
             out = pack_value(reply)

@@ -171,6 +171,20 @@ def _student_frame(tb) -> str:
     return f"{f.name}, line {f.lineno}: {(f.line or '').strip()}"
 
 
+def _modes_in_place(rec) -> bool:
+    """Whether the recorder's two modes are still on torch's mode stacks (the student's code may
+    not pop them), as the probe ends."""
+    if not rec._modes:
+        return True
+    import torch
+    try:
+        fs = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+        ds = [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]
+    except Exception:  # noqa: BLE001 -- a torch without these: nothing to check
+        return True
+    return any(m is rec._modes[0] for m in fs) and any(m is rec._modes[1] for m in ds)
+
+
 def collect(check: Check, ns: dict) -> dict:
     """Run the probe on the student's code and return a *record* made only of plain data.
 
@@ -194,6 +208,9 @@ def collect(check: Check, ns: dict) -> dict:
         with OpRecorder(active=bool(check.forbidden_ops) and not remote) as rec, quiet, \
                 (contextlib.nullcontext() if remote else contextlib.redirect_stderr(io.StringIO())):
             out = check.probe(ns)
+            if not remote and not _modes_in_place(rec):
+                raise CheckFailed("the op recorder was taken off torch's mode stack while your code ran, so this "
+                                  "test cannot see which torch ops ran: it gives no points")
         seen = ns._link.ops if remote else rec.seen
         return {"ok": True, "out": wire.encode(out), "ops": sorted(set(seen) & check.forbidden_ops)}
     except CheckFailed as e:  # a probe may fail early, e.g. on a wrong output type

@@ -162,15 +162,76 @@ def _cell_full(cell) -> bool:
         return False
 
 
+def _layer_codes() -> dict:
+    """The code objects of torch's transformer layers' own methods (``forward``, ``_sa_block``,
+    ``_ff_block``, ``_mha_block``, ...): code object -> ``Class.method``."""
+    codes = {}
+    for c in TORCH_LAYERS:
+        for name, v in vars(c).items():
+            fn = getattr(v, "__func__", v)
+            code = getattr(fn, "__code__", None)
+            if isinstance(code, types.CodeType) and name != "__init__":
+                codes[code] = f"{c.__name__}.{name}"
+    return codes
+
+
+_LAYER_CODES = _layer_codes()
+#: their bytecode and names, for copies of the code objects (``code.replace``, ``FunctionType(code, ...)``)
+_LAYER_BYTECODE = {(code.co_code, code.co_names): name for code, name in _LAYER_CODES.items()}
+
+
+class _CodeWatch:
+    """A profile function (this thread, and threads started while it holds) that notes when the
+    code of torch's transformer layers runs, however it is called: bound, unbound
+    (``nn.TransformerEncoderLayer.forward(block, x)``), as a borrowed ``_sa_block``, or as a copy
+    of the code object. ``sys.setprofile`` is audited: switching it off from the notebook is seen
+    by the grader's audit hook (autograder/inside/observers.py)."""
+
+    def __init__(self, ran: set):
+        self.ran, self.memo = ran, {}
+
+    def __call__(self, frame, event, arg):
+        if event != "call":
+            return
+        code = frame.f_code
+        hit = self.memo.get(code)
+        if hit is None:
+            hit = _LAYER_CODES.get(code) or _LAYER_BYTECODE.get((code.co_code, code.co_names)) or ""
+            self.memo[code] = hit
+        if hit:
+            self.ran.add(hit.split(".")[0])
+
+    def __enter__(self):
+        import sys
+        import threading
+        self._old, self._old_threads = sys.getprofile(), threading.getprofile()
+        sys.setprofile(self)
+        threading.setprofile(self)
+        return self
+
+    def __exit__(self, *exc):
+        import sys
+        import threading
+        still = sys.getprofile() is self
+        sys.setprofile(self._old)
+        threading.setprofile(self._old_threads)
+        if not still:
+            self.ran.add("TransformerEncoderLayer (unknown: the watch on torch's layers was switched off)")
+        return False
+
+
 class TorchLayerWatch:
-    """``with TorchLayerWatch() as w: probe...`` then ``w.observed()``: the torch layers that ran,
-    those reachable from the modules that ran, and the fused encoder-layer ops that ran."""
+    """``with TorchLayerWatch() as w: probe...`` then ``w.observed()``: the torch layers that ran
+    (a module call, or their methods' code, however called), those reachable from the modules that
+    ran, and the fused encoder-layer ops that ran."""
 
     def __enter__(self):
         self.ran, self.modules, self.ops = set(), {}, set()
         self._hook = register_module_forward_pre_hook(self._pre)
         self._spy = _DispatchSpy(self.ops)
         self._spy.__enter__()
+        self._code = _CodeWatch(self.ran)
+        self._code.__enter__()
         return self
 
     def _pre(self, module, args):
@@ -180,6 +241,7 @@ class TorchLayerWatch:
             self.ran.add(name)
 
     def __exit__(self, *exc):
+        self._code.__exit__(*exc)
         self._spy.__exit__(*exc)
         self._hook.remove()
         return False
