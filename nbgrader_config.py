@@ -31,12 +31,12 @@ c.CourseDirectory.release_directory = "exercises"
 c.Exchange.root = "/usr/local/share/nbgrader/exchange"
 # Feedback for a notebook handed in under another name (backward.ipynb in 01_layernorm/) is also
 # released under that name: the student's fetch_feedback looks for the names it handed in
-# (autograder/nbgrader_feedback.py).
-c.ExchangeFactory.release_feedback = "autograder.nbgrader_feedback.ReleaseFeedback"
+# (autograder/nbgrader/release_feedback.py).
+c.ExchangeFactory.release_feedback = "autograder.nbgrader.release_feedback.ReleaseFeedback"
 # collect takes only what is the student's own: regular files owned by the user whose name the
 # submission carries, no links, times that are not forged; the rest is listed, never copied
-# (autograder/nbgrader_collect.py).
-c.ExchangeFactory.collect = "autograder.nbgrader_collect.CheckedCollect"
+# (autograder/nbgrader/collect.py).
+c.ExchangeFactory.collect = "autograder.nbgrader.collect.CheckedCollect"
 
 # exercises/ is committed, so without this `nbgrader generate_assignment A` would skip A ("Skipping
 # existing assignment") and never record it in gradebook.db, and `nbgrader autograde A` would then

@@ -12,7 +12,7 @@ SUBMISSIONS is required, except with ``--course DIR``, in an nbgrader course dir
 ``submitted/``) or with ``--sample-class`` (the bundled sample class, ``tools/sample_class``, what
 ``make grade`` grades). ``--assignment NAME`` (repeatable) grades only those assignments.
 
-Grading into a folder that holds earlier results merges with them (:mod:`autograder.results`)
+Grading into a folder that holds earlier results merges with them (:mod:`autograder.report.results`)
 when this run regrades the same class (at least one student in common): this run's rows replace
 those of the same student and assignment, the others stay. Another class is refused; ``--fresh``
 discards the earlier results first. Nothing is written to ``--out`` (not even the folder) before
@@ -21,7 +21,7 @@ the grading has started.
 Grading a course's own ``submitted/`` folder (SUBMISSIONS is ``<course>/submitted`` and
 ``<course>`` holds an ``nbgrader_config.py``, or ``--course DIR``) also writes the scores into that
 course's gradebook and ``autograded/`` notebooks, as ``nbgrader autograde`` would
-(:mod:`autograder.nbgrader_course`); ``--no-course`` grades such a folder like any other.
+(:mod:`autograder.nbgrader.course_dir`); ``--no-course`` grades such a folder like any other.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from autograder.sandbox import Limits
+from autograder.sandbox.bwrap import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "tools" / "sample_class"
@@ -101,11 +101,11 @@ def main(argv=None) -> int:
         ap.print_usage(sys.stderr)
         print("error: give a command: grade (python -m autograder grade --help)", file=sys.stderr)
         return 2
-    from autograder import results
+    from autograder.report import results
     from autograder.cluster import ClusterError, grade_on_cluster
     from autograder.grade import grade_class
-    from autograder.ingest import InputError
-    from autograder.sandbox import SandboxUnavailable, ensure_bwrap
+    from autograder.intake.ingest import InputError
+    from autograder.sandbox.bwrap import SandboxUnavailable, ensure_bwrap
 
     limits = Limits(wall_s=args.timeout, cell_s=args.cell_timeout, cpu_s=args.cpu, memory_mb=args.address_space,
                     nproc=args.nproc, fsize_mb=args.fsize, nofile=args.nofile, tmp_mb=args.tmp,
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         except SandboxUnavailable as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-    from autograder import nbgrader_course
+    from autograder.nbgrader import course_dir as nbgrader_course
     nbcourse = None
     if args.course and args.no_course:
         print("error: --course and --no-course exclude each other", file=sys.stderr)
@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     elif not args.no_course:
         nbcourse = nbgrader_course.detect(Path(args.submissions))
     if args.assignment:  # an unknown name is an error before anything else is said or done
-        from autograder.ingest import Catalog
+        from autograder.intake.ingest import Catalog
         try:
             from autograder.grade import select
             select([], Catalog(Path(args.course_root) / "exercises"), args.assignment, check_only=True)
@@ -231,7 +231,8 @@ def main(argv=None) -> int:
         results.print_kept_manual(fresh, nbcourse.db_url)
     results.write_csv(outcomes, out / "grades.csv")
     results.write_json(outcomes, out / "results.json")
-    from autograder import feedback, gradebook
+    from autograder.report import feedback
+    from autograder.nbgrader import gradebook
     feedback.write_all(outcomes, out)
     if nbcourse is not None:
         try:

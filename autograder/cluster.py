@@ -37,11 +37,11 @@ import uuid
 from pathlib import Path
 
 from autograder.grade import Course, _fill_class, grade_one, select
-from autograder.ingest import Entry, discover
-from autograder.outcome import Outcome, TestResult, check_for
-from autograder.plan import MAX_NOTEBOOK_BYTES
-from autograder.sandbox import Limits, SandboxUnavailable, ensure_bwrap
-from autograder.slots import SlotPool
+from autograder.intake.ingest import Entry, discover
+from autograder.report.outcome import Outcome, TestResult, check_for
+from autograder.intake.plan import MAX_NOTEBOOK_BYTES
+from autograder.sandbox.bwrap import Limits, SandboxUnavailable, ensure_bwrap
+from autograder.sandbox.slots import SlotPool
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADER = Path(__file__).resolve().parent
@@ -135,7 +135,7 @@ def _nthreads() -> int:
 
 @contextlib.contextmanager
 def _slots(limits: Limits, course: Course, sandbox: bool):
-    """This worker's grading slots for ``limits``, as a local run has them (:mod:`autograder.slots`:
+    """This worker's grading slots for ``limits``, as a local run has them (:mod:`autograder.sandbox.slots`:
     one pre-imported sandbox per worker thread, a fresh child of it per notebook); kept between
     tasks and runs. A pool for other limits is closed as soon as no task uses it."""
     if not sandbox:
@@ -172,7 +172,7 @@ def grade_task(job: dict) -> dict:
         entry = Entry(job["student_id"], job["assignment"], path, job["student_name"], list(job["notes"]))
         limits = Limits(**job["limits"])
         if limits.cgroups and limits.submission_mb is None:  # this worker's slots fit this machine
-            from autograder.cgroups import default_memory_mb
+            from autograder.sandbox.cgroups import default_memory_mb
             limits = dataclasses.replace(limits, submission_mb=default_memory_mb(_nthreads()))
         with _slots(limits, course, job["sandbox"]) as slots:
             o = grade_one(entry, course, limits, scratch, job["sandbox"], slots, draw=job.get("draw"))
@@ -194,7 +194,7 @@ def _job(entry: Entry, course: Course, limits: Limits, sandbox: bool, want_hash:
         data = entry.path.read_bytes()
     except OSError:
         return None
-    from autograder import referee  # the draw of the hidden inputs is the client's (its course secret)
+    from autograder.referee import calls as referee  # the draw of the hidden inputs is the client's (its course secret)
     draw = referee.draw_for(referee.course_secret(course.root), entry.student_id, entry.assignment, entry.path)
     return {"student_id": entry.student_id, "assignment": entry.assignment, "student_name": entry.student_name,
             "notes": list(entry.notes), "notebook": data, "limits": dataclasses.asdict(limits),
@@ -264,7 +264,7 @@ def outcome_from(res, entry: Entry, course: Course) -> Outcome:
         raise BadResult(f"score {d['score']} / {d['max_score']} is not the sum of its tests")
     if d["other_assignment"] not in ("", *course.catalog.notebooks) or d["other_assignment"] == entry.assignment:
         raise BadResult(f"other_assignment {d['other_assignment']!r} is not another assignment of the course")
-    from autograder.protocol import OUTPUT_TAIL_CHARS, bound_cell_errors
+    from autograder.referee.protocol import OUTPUT_TAIL_CHARS, bound_cell_errors
     # the file's name is the client's (the worker saw a copy named submission.ipynb); manual grades
     # kept are the course gradebook's, read here
     return Outcome(**dict(d, tests=tests, cell_errors=bound_cell_errors(d["cell_errors"]),

@@ -4,12 +4,12 @@ Per submission (one thread each, ``--jobs`` at a time, each driving one sandboxe
 
 1. read the student's file defensively and build the plan from the *released* notebook;
 2. run the harness in the sandbox and walk it through the plan one step at a time
-   (:mod:`autograder.protocol`): it runs each cell and sends back one probe record per test;
+   (:mod:`autograder.referee.protocol`): it runs each cell and sends back one probe record per test;
 3. judge every test of the release here, in the trusted process: a record that is missing,
    malformed or fails its judge scores 0; a pass scores the cell's points. For checks that forbid
    torch's built-in normalizations, the built-ins that graded code names also cost
-   (:func:`autograder.scan.costs`); code that reaches around the course is flagged for a person to
-   review (:func:`autograder.scan.review`), which costs no point.
+   (:func:`autograder.intake.scan.costs`); code that reaches around the course is flagged for a person to
+   review (:func:`autograder.intake.scan.review`), which costs no point.
 
 The score never depends on anything the submission's process claims about itself.
 """
@@ -29,20 +29,20 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from autograder import plan as planmod
-from autograder import protocol
-from autograder.ingest import Catalog, Entry, InputError, _grade_ids, discover
-from autograder.judge import judge_records
-from autograder.outcome import Outcome, TestResult, check_for as _check
-from autograder.outside import measure, served_device
-from autograder import referee
-from autograder.sandbox import HARNESS_IN, Limits, run_sandboxed
-from autograder.slots import Child, SlotPool
+from autograder.intake import plan as planmod
+from autograder.referee import protocol
+from autograder.intake.ingest import Catalog, Entry, InputError, _grade_ids, discover
+from autograder.referee.judge import judge_records
+from autograder.report.outcome import Outcome, TestResult, check_for as _check
+from autograder.referee.clock import measure, served_device
+from autograder.referee import calls as referee
+from autograder.sandbox.bwrap import HARNESS_IN, Limits, run_sandboxed
+from autograder.sandbox.slots import Child, SlotPool
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_REVIEW = 20  # review reasons kept per submission (each names its cell and line)
 __all__ = ["Course", "Outcome", "TestResult", "grade_class", "grade_one"]
-#: a Canvas file marked late: ``<name>_LATE_<userid>_<submissionid>_<file>`` (autograder.ingest.CANVAS)
+#: a Canvas file marked late: ``<name>_LATE_<userid>_<submissionid>_<file>`` (autograder.intake.ingest.CANVAS)
 CANVAS_LATE = re.compile(r"^[^_/]+?_LATE_\d+_\d+_.+$")
 #: the note a late submission's row carries (results.write_csv reads it into the ``late`` column)
 LATE_NOTE = "handed in late (the LMS marked the file _LATE_)"
@@ -99,7 +99,7 @@ class Course:
 
 def _test_step(st: dict) -> dict:
     """A plan's test step as the harness gets it: served (the grader times it), refereed (the
-    grader probes it: :mod:`autograder.referee`, with the names it needs and the ops it watches)."""
+    grader probes it: :mod:`autograder.referee.calls`, with the names it needs and the ops it watches)."""
     from coursekit.checks.served import SERVED
     gid = st["grade_id"]
     if referee.refereed(gid):
@@ -110,7 +110,7 @@ def _test_step(st: dict) -> dict:
 
 def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandbox: bool = True,
               slots: SlotPool | None = None, draw: int | None = None) -> Outcome:
-    """``draw``: the hidden checks' inputs for this submission (:func:`autograder.referee.draw_for`;
+    """``draw``: the hidden checks' inputs for this submission (:func:`autograder.referee.calls.draw_for`;
     by default from the course's secret and the handed-in file)."""
     o = Outcome(entry.student_id, entry.assignment, entry.student_name, notes=list(entry.notes))
     if entry.assignment not in course.catalog.notebooks:
@@ -184,7 +184,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
 
     work = Path(tempfile.mkdtemp(prefix="sub-", dir=scratch)) if not sandbox else None
     try:
-        if sandbox and slots is not None:  # a fresh child of a pre-imported sandbox (autograder.slots)
+        if sandbox and slots is not None:  # a fresh child of a pre-imported sandbox (autograder.sandbox.slots)
             for attempt in range(2):
                 with slots.slot() as slot:
                     res = slot.run(on_start, reply_w)
@@ -245,7 +245,7 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
     entries once they are known, before any is graded (it may raise to stop the run).
 
     ``zygote``: run each submission as a fresh child of a pre-imported sandbox per job
-    (:mod:`autograder.slots`); False starts a whole sandbox and interpreter per submission (slower:
+    (:mod:`autograder.sandbox.slots`); False starts a whole sandbox and interpreter per submission (slower:
     ``make bench-grade`` times both)."""
     import torch
 
@@ -253,7 +253,7 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
     limits = limits or Limits()
     jobs = max(1, jobs or os.cpu_count() or 1)
     if limits.cgroups and limits.submission_mb is None:  # the slots, side by side, fit the machine
-        from autograder.cgroups import default_memory_mb
+        from autograder.sandbox.cgroups import default_memory_mb
         limits = dataclasses.replace(limits, submission_mb=default_memory_mb(jobs))
     course = Course(root)
     scratch = Path(tempfile.mkdtemp(prefix="autograde-"))

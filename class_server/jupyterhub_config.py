@@ -62,7 +62,7 @@ def _per_role(spawner):
     if role == "instructor":
         spawner.notebook_dir = CLASS["course"]
         # the course's nbgrader_config.py names course code (the feedback release of
-        # autograder/nbgrader_feedback.py), which lives in the course, not in the class's Python
+        # autograder/nbgrader/release_feedback.py), which lives in the course, not in the class's Python
         spawner.environment["PYTHONPATH"] = CLASS["course"]
 
 

@@ -451,10 +451,10 @@ def write_jupyter_config(class_dir: Path, course: Path, exchange: Path) -> Path:
         f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
         f"c.Exchange.root = {str(exchange)!r}\n"
         "c.CourseDirectory.groupshared = True\n"
-        "# collect only what is the student's own (autograder/nbgrader_collect.py; also in the course's\n"
+        "# collect only what is the student's own (autograder/nbgrader/collect.py; also in the course's\n"
         "# nbgrader_config.py, which a course made before it may lack)\n"
-        "c.ExchangeFactory.collect = 'autograder.nbgrader_collect.CheckedCollect'\n"
-        "c.ExchangeFactory.release_feedback = 'autograder.nbgrader_feedback.ReleaseFeedback'\n")
+        "c.ExchangeFactory.collect = 'autograder.nbgrader.collect.CheckedCollect'\n"
+        "c.ExchangeFactory.release_feedback = 'autograder.nbgrader.release_feedback.ReleaseFeedback'\n")
     (etc / "instructor" / "labconfig" / "page_config.json").write_text(json.dumps({"disabledExtensions": QUIET}))
     for d, _, files in os.walk(etc):
         os.chmod(d, 0o755)

@@ -16,7 +16,7 @@ import nbformat
 
 from coursekit.checks import HIDDEN_IDS, CheckFailed, collect, get, load_all, verdict
 from coursekit.checks.remote import Loopback
-from autograder.referee import refereed_check
+from autograder.referee.calls import refereed_check
 from coursekit.checks.seeded import salted
 from course import cells
 from course.release import ROOT

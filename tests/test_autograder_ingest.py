@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tools.fixture_class import release_dict, solved_dict
-from autograder.ingest import Catalog, discover
+from autograder.intake.ingest import Catalog, discover
 from course.release import ROOT, venv_env
 
 pytestmark = pytest.mark.autograder
@@ -130,7 +130,7 @@ def test_grades_csv_never_holds_a_formula_from_a_student_name_or_file_name(tmp_p
 
 def test_csv_text_cells_never_start_like_a_formula_and_scores_stay_numbers(tmp_path):
     from autograder.grade import Outcome, TestResult
-    from autograder.results import write_csv
+    from autograder.report.results import write_csv
 
     evil = ["=1+1", "+1", "-1", "@A1", "\t=1", "\r=1", "=cmd|' -C calc'!A0"]
     outs = [Outcome(s, "01_layernorm", student_name=s, message=s, notebook="x.ipynb", score=3.0, max_score=15.0,

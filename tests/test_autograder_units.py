@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder import plan as planmod
-from autograder import sandbox
+from autograder.intake import plan as planmod
+from autograder.sandbox import bwrap as sandbox
 from tools.fixture_class import release_dict, solved_dict
-from autograder.ingest import Catalog, discover
+from autograder.intake.ingest import Catalog, discover
 from course.release import ROOT
 
 pytestmark = pytest.mark.autograder
@@ -81,8 +81,8 @@ def test_plan_uses_release_for_tests_and_setup_and_keeps_added_cells_in_place():
     ("class LayerNorm:\n    pass\nprint(torch.allclose(LayerNorm(4)(x), F.layer_norm(x, (4,))))", False),
 ])
 def test_builtins_cost_only_in_graded_code(code, hit):
-    from autograder import scan
-    from autograder.slicing import Cell, slice_cells
+    from autograder.intake import scan
+    from autograder.intake.slicing import Cell, slice_cells
     from coursekit.checks import get
     sl = slice_cells([Cell("answer", "answer cell layernorm_impl", code)])
     assert bool(scan.costs(sl, scan.forbidden_names(get("layernorm_matches_torch")))) == hit
@@ -131,7 +131,7 @@ def test_sample_class_picks_fixtures_by_name(monkeypatch):
 def test_sandbox_shows_the_checks_but_not_the_books_experiment_code():
     """coursekit.checks is importable inside the sandbox; book.experiments (whose Block is close to
     exercise 04's answer) and solutions/ are not there."""
-    from autograder.sandbox import Limits, run_sandboxed
+    from autograder.sandbox.bwrap import Limits, run_sandboxed
 
     code = ("import importlib, os\n"
             "import coursekit.checks\n"

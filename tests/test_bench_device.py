@@ -52,7 +52,7 @@ def test_every_benchmark_has_a_workload_per_device():
 
 
 def test_default_device_decides_for_everyone(monkeypatch):
-    from autograder.outside import served_device
+    from autograder.referee.clock import served_device
     assert bench.default_device().type == served_device() == ("cuda" if torch.cuda.is_available() else "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert bench.default_device().type == served_device() == "cuda"
@@ -231,7 +231,7 @@ def test_served_report_on_gpu(capsys):
 
 
 def test_rounds_are_longer_on_a_gpu():
-    from autograder import outside
+    from autograder.referee import clock as outside
     assert outside._next_k(10, 0.05, 1e-5, "cpu") == outside.MAX_K["cpu"]
     assert outside._next_k(10, 0.3, 1e-3, "cuda") == int(outside.TARGET_S["cuda"] / 1e-3)
     assert outside._next_k(10, 0.3, 1e-7, "cuda") == outside.MAX_K["cuda"]
@@ -253,7 +253,7 @@ def _dev_binds(argv):
 
 
 def test_bwrap_binds_the_nvidia_devices_that_exist(tmp_path):
-    from autograder.sandbox import Limits, bwrap_argv
+    from autograder.sandbox.bwrap import Limits, bwrap_argv
     dev = _fake_dev(tmp_path)
     argv = bwrap_argv(Limits(), gpu=True, dev_root=dev)
     want = {f"/dev/{n}" for n in ("nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "dri")}
@@ -264,7 +264,7 @@ def test_bwrap_binds_the_nvidia_devices_that_exist(tmp_path):
 
 
 def test_bwrap_binds_only_what_exists(tmp_path):
-    from autograder.sandbox import Limits, bwrap_argv
+    from autograder.sandbox.bwrap import Limits, bwrap_argv
     dev = _fake_dev(tmp_path, names=("nvidia0", "nvidiactl"))
     assert {dst for _, dst in _dev_binds(bwrap_argv(Limits(), gpu=True, dev_root=dev))} == {
         "/dev/nvidia0", "/dev/nvidiactl", "/dev/dri"}
@@ -274,14 +274,14 @@ def test_bwrap_binds_only_what_exists(tmp_path):
 
 
 def test_no_gpu_no_nvidia_binds(tmp_path):
-    from autograder.sandbox import Limits, bwrap_argv
+    from autograder.sandbox.bwrap import Limits, bwrap_argv
     dev = _fake_dev(tmp_path)
     for argv in (bwrap_argv(Limits(), dev_root=dev), bwrap_argv(Limits(), gpu=False, dev_root=dev), bwrap_argv(Limits())):
         assert "--dev-bind" not in argv and "LD_LIBRARY_PATH" not in argv
 
 
 def test_driver_libraries_outside_usr_are_bound(tmp_path, monkeypatch):
-    from autograder.sandbox import Limits, bwrap_argv, gpu_library_dirs
+    from autograder.sandbox.bwrap import Limits, bwrap_argv, gpu_library_dirs
     lib = tmp_path / "nvidia" / "lib64"
     lib.mkdir(parents=True)
     (lib / "libcuda.so.1").touch()
@@ -299,7 +299,7 @@ def test_driver_libraries_outside_usr_are_bound(tmp_path, monkeypatch):
 @pytest.mark.parametrize("gpu", [False, True])
 def test_memory_limit_is_on_data_with_a_gpu(gpu):
     """cuInit fails under an address-space limit: with a GPU the limit is on data instead."""
-    from autograder.sandbox import Limits, _preexec
+    from autograder.sandbox.bwrap import Limits, _preexec
     lim = Limits(memory_mb=3000)
     code = ("import resource as r; print(r.getrlimit(r.RLIMIT_AS)[0], r.getrlimit(r.RLIMIT_DATA)[0])")
     before = resource.getrlimit(resource.RLIMIT_AS)[0], resource.getrlimit(resource.RLIMIT_DATA)[0]
@@ -341,6 +341,6 @@ def test_every_benchmark_markdown_says_where_it_runs_and_what_the_columns_mean()
 
 
 def test_feedback_detail_names_the_device():
-    from autograder.judge import _served_detail
+    from autograder.referee.judge import _served_detail
     assert _served_detail(_served_out("cpu", 2.0))["device"] == "cpu, 1 thread, timed by the grader"
     assert _served_detail(_served_out("cuda", 2.0))["device"] == "NVIDIA Test GPU (bfloat16), timed by the grader"

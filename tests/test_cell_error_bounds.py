@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from autograder.protocol import CELL_ERROR_CHARS, CELL_ERRORS_CHARS, OUTPUT_TAIL_CHARS, bound_cell_errors
+from autograder.referee.protocol import CELL_ERROR_CHARS, CELL_ERRORS_CHARS, OUTPUT_TAIL_CHARS, bound_cell_errors
 from course.release import ROOT
 from tools.fixture_class import release_dict, with_code
 
 A = "01_layernorm"
 N_CELLS = 12
-# every added cell writes into LayerNorm, so it is in the graded slice and runs (autograder.slicing)
+# every added cell writes into LayerNorm, so it is in the graded slice and runs (autograder.intake.slicing)
 SHOUTER = ("print('STDOUT-' * 2000)\nclass LayerNorm:\n    pass\n\n\ndef _boom(i):\n"
            "    raise RuntimeError(f'cell{i}-' + 'x' * 5000 + 'END')\n") + "".join(
     f"# %% added cell\nLayerNorm.tag = _boom({i})\n" for i in range(N_CELLS))
@@ -50,10 +50,10 @@ def test_a_notebook_of_long_errors_is_shown_bounded(tmp_path):
     """A submission whose cells raise 5000-character errors, graded in a real sandbox: each error is
     cut, the notebook's total is bounded, the rest counted; the feedback page and the autograded
     notebook show only that; what it printed reaches neither."""
-    from autograder.feedback import feedback_html
+    from autograder.report.feedback import feedback_html
     from autograder.grade import grade_class
-    from autograder.nbgrader_course import build_notebook
-    from autograder.sandbox import Limits
+    from autograder.nbgrader.course_dir import build_notebook
+    from autograder.sandbox.bwrap import Limits
 
     name, release = release_dict(A)
     d = tmp_path / "submitted" / "shouter" / A

@@ -94,7 +94,7 @@ def test_the_channel_refuses_a_submission_over_its_byte_budget():
     import os
     import threading
 
-    from autograder.protocol import Channel, Closed
+    from autograder.referee.protocol import Channel, Closed
     r, w = os.pipe()
     frame = wire.pack({"event": "x"}, [np.zeros(1 << 16, dtype=np.float32)])
 

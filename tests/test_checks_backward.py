@@ -152,7 +152,7 @@ def test_the_benchmark_is_served_by_the_grader_and_a_chain_of_calls_agrees():
     """The autograder times the benchmark from outside the sandbox (coursekit.checks.served):
     ``backward_benchmark`` has a workload there, and the student's chained calls agree with
     torch's (the grader's tolerance is 5e-3) as far as the grader chains them."""
-    from autograder.outside import MAX_K, _local
+    from autograder.referee.clock import MAX_K, _local
     from coursekit.checks.served import SERVED, TOL
 
     spec = SERVED["backward_benchmark"]

@@ -252,7 +252,7 @@ def test_each_task_carries_the_hash_and_a_worker_refuses_it(cluster, tmp_path, m
 
 def test_a_worker_without_bubblewrap_refuses(monkeypatch):
     from autograder import cluster as cl
-    from autograder import sandbox
+    from autograder.sandbox import bwrap as sandbox
 
     monkeypatch.setattr(sandbox, "_checked", {})
     monkeypatch.setattr(sandbox.shutil, "which", lambda name, *a, **k: None)
@@ -288,7 +288,7 @@ def test_the_course_hash_covers_checks_notebooks_and_grader(tmp_path):
 def test_a_malformed_result_is_never_a_grade():
     from autograder import cluster as cl
     from autograder.grade import Course
-    from autograder.ingest import Entry
+    from autograder.intake.ingest import Entry
 
     course = Course(ROOT)
     e = Entry("ann", A, None)
@@ -323,9 +323,9 @@ def test_a_malformed_result_is_never_a_grade():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="sandbox uids are only used when the grader is root")
 def test_sandbox_uids_never_clash_across_processes():
-    from autograder.sandbox import sandbox_uid
+    from autograder.sandbox.bwrap import sandbox_uid
 
-    code = "from autograder.sandbox import sandbox_uid\nwith sandbox_uid() as u: print(u)"
+    code = "from autograder.sandbox.bwrap import sandbox_uid\nwith sandbox_uid() as u: print(u)"
     with sandbox_uid() as mine:
         theirs = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                                 check=True).stdout.strip()

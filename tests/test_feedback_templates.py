@@ -1,4 +1,4 @@
-"""The feedback pages and the class report (autograder/feedback.py, autograder/templates/) without
+"""The feedback pages and the class report (autograder/report/feedback.py, autograder/report/templates/) without
 grading anything: outcomes made here, with hostile values wherever a submission can put text (student
 id and name, the checks' messages, notes, cell errors). The template engine escapes every one of them;
 the report's links to feedback pages are URL-quoted and lead to the files write_all writes; the
@@ -14,15 +14,15 @@ from urllib.parse import unquote, urlsplit
 import jinja2
 import pytest
 
-from autograder import feedback
+from autograder.report import feedback
 from autograder.grade import Outcome
 from autograder.grade import TestResult as Result
-from autograder.ingest import safe_id
+from autograder.intake.ingest import safe_id
 
 pytestmark = pytest.mark.autograder
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = ROOT / "autograder" / "templates"
+TEMPLATES = ROOT / "autograder" / "report" / "templates"
 XSS = '<script>alert(1)</script>"onmouseover=alert(2) x=\'y\' Tom & Jerry'
 # An id as a submission can give it (ingest keeps ids as given, only "/" and NUL are replaced):
 # URL-special characters, an attribute break-out, an entity, a tag.
@@ -160,13 +160,13 @@ def test_templates_escape_by_the_engine():
     for t in ("base.html.j2", "feedback.html.j2", "report.html.j2"):
         src = (TEMPLATES / t).read_text()
         assert "|safe" not in src.replace(" ", "") and "autoescape false" not in src and "<script" not in src
-    code = (ROOT / "autograder" / "feedback.py").read_text()
+    code = (ROOT / "autograder" / "report" / "feedback.py").read_text()
     assert "html.escape" not in code and "Markup" not in code and "<td" not in code
 
 
 def test_templates_are_package_data():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    globs = data["autograder"]
+    globs = data["autograder.report"]
     for t in TEMPLATES.iterdir():
         if t.is_file():
             assert any(t.relative_to(TEMPLATES.parent).match(g) for g in globs), t

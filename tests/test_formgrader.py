@@ -1,5 +1,5 @@
 """Grading a course's own submitted/ folder: what nbgrader's formgrader, generate_feedback and
-export see afterwards (autograder/nbgrader_course.py).
+export see afterwards (autograder/nbgrader/course_dir.py).
 
 A scratch copy of the course (nbgrader_config.py, solutions/, exercises/) with two students who
 handed in 01_layernorm: ``alice`` the reference answers, ``bob`` the untouched release. The course
@@ -154,7 +154,7 @@ def test_autograded_notebook_is_what_ran_with_the_verdicts_and_no_hidden_tests(g
     from nbgrader.api import Gradebook
     from nbgrader.utils import determine_grade, is_grade
 
-    from autograder import plan as planmod
+    from autograder.intake import plan as planmod
 
     course = graded["course"]
     release = planmod.release_cells(ROOT / "exercises" / A / f"{NB}.ipynb")
@@ -198,7 +198,7 @@ def test_autograded_notebook_of_odd_submissions(tmp_path):
     from nbgrader.utils import determine_grade, is_grade
 
     from autograder.grade import Course, Outcome, TestResult
-    from autograder.nbgrader_course import build_notebook
+    from autograder.nbgrader.course_dir import build_notebook
 
     release = ROOT / "exercises" / A / f"{NB}.ipynb"
     tests = Course(ROOT).tests(A)
@@ -436,7 +436,7 @@ def test_regrading_keeps_manual_grades_and_takes_a_resubmission(graded):
 def test_plain_folders_keep_their_own_gradebook_and_no_course_opts_out(tmp_path, graded):
     """Only a course's own submitted/ folder is written into the course; --no-course grades it like
     any folder (OUT/gradebook.db, as before), and --course refuses another folder."""
-    from autograder import nbgrader_course
+    from autograder.nbgrader import course_dir as nbgrader_course
 
     course = graded["course"]
     plain = tmp_path / "submitted"

@@ -1,4 +1,4 @@
-"""The graded slice (autograder.slicing) and what the grader reads in it (autograder.scan).
+"""The graded slice (autograder.intake.slicing) and what the grader reads in it (autograder.intake.scan).
 
 Only the graded slice runs: the locked cells, the answer cells, and what in the cells a student
 added the contract's names reach. Built-ins cost points only where graded code names them; code
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from autograder import scan
-from autograder.slicing import Cell, slice_cells
+from autograder.intake import scan
+from autograder.intake.slicing import Cell, slice_cells
 from coursekit.checks import get
 from course.release import ROOT
 from tools.fixture_class import read_code_fixture
@@ -383,8 +383,8 @@ def _grade_unsandboxed(tmp_path, student_cells=None, raw: bytes | None = None):
     """grade_one's row for a file that never reaches the sandbox (planning or reading stops it)."""
     import json
     from autograder.grade import Course, grade_one
-    from autograder.ingest import Entry
-    from autograder.sandbox import Limits
+    from autograder.intake.ingest import Entry
+    from autograder.sandbox.bwrap import Limits
     path = tmp_path / "layernorm.ipynb"
     if raw is None:
         nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
@@ -408,7 +408,7 @@ def _grade_unsandboxed(tmp_path, student_cells=None, raw: bytes | None = None):
 
 
 def test_planning_past_its_budget_gives_a_row_with_the_assignments_points_and_says_why(tmp_path, monkeypatch):
-    from autograder import plan as planmod
+    from autograder.intake import plan as planmod
     monkeypatch.setattr(planmod, "PLAN_BUDGET_S", 0.0)
     row, full = _grade_unsandboxed(tmp_path, _student(LN, [_chain(50)]))
     assert row.status == "unreadable" and row.max_score == full > 0 and row.score == 0
@@ -418,7 +418,7 @@ def test_planning_past_its_budget_gives_a_row_with_the_assignments_points_and_sa
 
 def test_the_budget_stops_slicing_at_its_deadline():
     import time
-    from autograder.slicing import PlanningTimeout
+    from autograder.intake.slicing import PlanningTimeout
     cells = [Cell("locked", "setup", SETUP), Cell("answer", "answer cell layernorm_impl", LN)]
     with pytest.raises(PlanningTimeout):
         slice_cells(cells + [Cell("added", "cell you added 1", _chain(2000))], deadline=time.monotonic() - 1)
@@ -436,7 +436,7 @@ def test_code_too_deep_to_read_runs_as_written_in_an_answer_cell_and_is_flagged_
 
 
 def test_code_that_still_recurses_too_deep_gives_the_student_a_message_not_a_grader_error(tmp_path, monkeypatch):
-    from autograder import slicing
+    from autograder.intake import slicing
     monkeypatch.setattr(slicing, "MAX_NESTING", 10 ** 6)  # the guard off: the readers recurse past Python's limit
     row, full = _grade_unsandboxed(tmp_path, _student(with_forward("x" + ".real" * 600)))
     assert row.status == "unreadable" and row.max_score == full > 0 and row.score == 0
@@ -452,7 +452,7 @@ def test_a_notebook_whose_json_nests_too_deep_is_unreadable_with_the_assignments
 
 def test_plain_python_is_read_as_ipython_reads_it_and_too_many_magics_for_a_cell_are_not_read():
     from IPython.core.inputtransformer2 import TransformerManager
-    from autograder.slicing import transform
+    from autograder.intake.slicing import transform
     for src in (LN, "  x = 1\n", ">>> x = 1\n... \n", "In [3]: y = 2\n", "a = (1\n     / 2)\n", "\n\nz = 3"):
         assert transform(src) == TransformerManager().transform_cell(src), src
     assert "run_line_magic" in transform("%time x = 1\n")

@@ -6,7 +6,7 @@ files (their path from ``PYTHONPATH`` and from ``course.__file__``), ``glob`` un
 ``linecache.getlines`` of its file, the module's loader's ``get_source``, the traceback of a
 hidden probe that fails, ``sys.modules`` and the registry, and every function and module the
 garbage collector knows; whatever it gets it prints and raises as the cell's error. The hidden
-checks' probes run in the grader (``autograder/referee.py``), so nothing of them is there to find:
+checks' probes run in the grader (``autograder/referee/calls.py``), so nothing of them is there to find:
 no module, no registered check, no code object. Graded both ways
 a submission runs (a one-off sandbox per submission, and a grading slot's zygote forking a child
 per submission, into an nbgrader course with nbgrader's own feedback afterwards), each attempt
@@ -214,7 +214,7 @@ def _assert_each_attempt_got_nothing(cell_errors: list[dict]):
 def test_a_one_off_sandbox_gives_no_hidden_source(tmp_path):
     """One sandbox and interpreter per submission (``grade_class(zygote=False)``)."""
     from autograder.grade import grade_class
-    from autograder.sandbox import Limits
+    from autograder.sandbox.bwrap import Limits
 
     name, release = release_dict(A)
     d = tmp_path / "submitted" / "leaker" / A

@@ -16,7 +16,7 @@ A = "01_layernorm"
 def test_the_exchange_root_is_set_once_in_the_course_config():
     """Step 5's `jupyter lab` reads nbgrader_config.py, not the command line: the exchange lives
     there, and no README command passes --Exchange.root (which only some commands would get)."""
-    from autograder import nbgrader_course
+    from autograder.nbgrader import course_dir as nbgrader_course
 
     course = nbgrader_course.load(ROOT)
     assert course.config.Exchange.root == "/usr/local/share/nbgrader/exchange"
@@ -45,9 +45,9 @@ def test_readme_documents_the_cli_of_issue_18():
 def test_autograded_notebook_states_no_total(tmp_path):
     """The formgrader's feedback page has nbgrader's own Score header (manual grades included): the
     course grader's first cell lists each autograded test's points, never a total of its own."""
-    from autograder.nbgrader_course import build_notebook
-    from autograder.outcome import Outcome, TestResult
-    from autograder.plan import release_cells
+    from autograder.nbgrader.course_dir import build_notebook
+    from autograder.report.outcome import Outcome, TestResult
+    from autograder.intake.plan import release_cells
 
     release = ROOT / "exercises" / A / "layernorm.ipynb"
     tests = [c for c in release_cells(release) if c["role"] == "test"]

@@ -1,4 +1,4 @@
-"""The referee (autograder/referee.py, coursekit/checks/remote.py): the hidden checks' probes run in
+"""The referee (autograder/referee/calls.py, coursekit/checks/remote.py): the hidden checks' probes run in
 the grader's process and the student's code answers their calls.
 
 Fast, in-process (through :class:`coursekit.checks.remote.Loopback`, the same encoding as the pipe):
@@ -16,7 +16,7 @@ import functools
 import pytest
 import torch
 
-from autograder import referee
+from autograder.referee import calls as referee
 from coursekit.checks import HIDDEN_IDS, CheckFailed, get, load_all
 from coursekit.checks.remote import HELPERS, Answerer, Loopback, RemoteHandle
 from course.release import ROOT

@@ -1,7 +1,7 @@
 """The sandbox against a submission that tries to leave it (as the grader runs on these machines:
 root, where bwrap would otherwise hand every capability to the code inside).
 
-Each attempt runs in a real sandbox (:func:`autograder.sandbox.run_sandboxed`) and reports what
+Each attempt runs in a real sandbox (:func:`autograder.sandbox.bwrap.run_sandboxed`) and reports what
 happened as JSON; the test asserts that it failed and that the host is unchanged.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.sandbox import SANDBOX_UIDS, Limits, run_sandboxed
+from autograder.sandbox.bwrap import SANDBOX_UIDS, Limits, run_sandboxed
 from course.release import ROOT
 
 pytestmark = pytest.mark.autograder

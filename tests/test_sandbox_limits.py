@@ -1,6 +1,6 @@
 """Per-submission limits as containers give them, with real sandboxes: a cgroup per submission
-(memory of all its processes together, processes, CPU: :mod:`autograder.cgroups`) and a seccomp
-filter modelled on Docker's default profile (:mod:`autograder.seccomp`).
+(memory of all its processes together, processes, CPU: :mod:`autograder.sandbox.cgroups`) and a seccomp
+filter modelled on Docker's default profile (:mod:`autograder.sandbox.seccomp`).
 
 One class of five (tests/fixtures/limits/), graded in one grading slot, in order: a memory bomb
 (8 processes x 1 GiB under a 2 GiB limit), the reference answers right after it in the same slot,
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cgroups, seccomp
-from autograder.sandbox import Limits, run_sandboxed
+from autograder.sandbox import cgroups
+
+from autograder.sandbox import seccomp
+from autograder.sandbox.bwrap import Limits, run_sandboxed
 from course.release import ROOT
 from tools.fixture_class import _write, read_code_fixture, release_dict, solved_dict, with_code
 
@@ -50,7 +52,7 @@ def _leftover_groups() -> list[str]:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    from autograder import slots
+    from autograder.sandbox import slots
     from autograder.grade import grade_class
     tmp = tmp_path_factory.mktemp("limits_class")
     name, release = release_dict(ASSIGNMENT)
@@ -218,8 +220,8 @@ def test_each_denied_syscall_is_eperm_in_a_one_off_sandbox(unfiltered):
 def test_each_denied_syscall_is_eperm_in_a_slots_child_and_its_init():
     """The zygote's own filter allows unshare and mount (it builds each child's namespaces); the
     child installs the full filter in its init, before the harness is forked."""
-    from autograder import protocol
-    from autograder.slots import Slot
+    from autograder.referee import protocol
+    from autograder.sandbox.slots import Slot
     s = Slot(Limits(wall_s=60))
     try:
         reply_r, reply_w = os.pipe()
@@ -277,7 +279,7 @@ def test_the_filter_assembles_for_both_architectures_and_kills_a_foreign_abi():
         code, jt, jf, k = __import__("struct").unpack("<HBBI", prog[8:16])  # arch check, else kill
         assert k == seccomp.AUDIT_ARCH[arch]
         assert prog[-8:] == __import__("struct").pack("<HBBI", seccomp.RET, 0, 0, seccomp.RET_KILL_PROCESS)
-    from autograder.sandbox import SandboxUnavailable
+    from autograder.sandbox.bwrap import SandboxUnavailable
     with pytest.raises(SandboxUnavailable, match="riscv64"):
         seccomp.program("riscv64")
 
@@ -293,7 +295,7 @@ def test_without_cgroups_the_grader_refuses_and_names_the_flag(monkeypatch):
 
 def test_the_cli_refuses_without_cgroups_and_runs_with_no_cgroups(tmp_path, monkeypatch):
     from autograder import __main__ as cli
-    from autograder import sandbox
+    from autograder.sandbox import bwrap as sandbox
     monkeypatch.setattr(cgroups, "version", lambda: None)
     monkeypatch.setattr(sandbox, "_checked", {})
     assert cli.main(["grade", str(tmp_path), "--out", str(tmp_path / "out")]) == 2

@@ -1,4 +1,4 @@
-"""A grading slot's children (:mod:`autograder.slots`, :mod:`autograder.inside.zygote`) against submissions
+"""A grading slot's children (:mod:`autograder.sandbox.slots`, :mod:`autograder.inside.zygote`) against submissions
 that try to leave their sandbox, reach the pre-imported interpreter they were forked from, or leave
 something behind for the next submission of the same slot.
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import protocol
-from autograder.sandbox import SANDBOX_UIDS, Limits
-from autograder.slots import Slot
+from autograder.referee import protocol
+from autograder.sandbox.bwrap import SANDBOX_UIDS, Limits
+from autograder.sandbox.slots import Slot
 from course.release import ROOT
 
 pytestmark = [pytest.mark.autograder, pytest.mark.slow]
@@ -163,7 +163,7 @@ def test_child_runs_as_the_slots_unprivileged_uid(attempts):
 def test_each_child_has_the_submissions_cpu_limit_and_the_zygote_a_longer_one(slot, attempts):
     """RLIMIT_CPU counts a process's whole life: the zygote, alive for a whole class, must not run
     into a submission's limit; each child sets the submission's own."""
-    from autograder.slots import ZYGOTE_CPU_S
+    from autograder.sandbox.slots import ZYGOTE_CPU_S
     assert attempts["cpu_limit"] == slot.limits.cpu_s
     zygotes = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and "zygote.py" in _cmdline(p)
                      and _cmdline(p).endswith(f" {slot.limits.tmp_mb} {slot.limits.cpu_s}")

@@ -15,8 +15,8 @@ from __future__ import annotations
 import sys
 import time
 
-from autograder import plan as planmod
-from autograder import scan
+from autograder.intake import plan as planmod
+from autograder.intake import scan
 from autograder.grade import Course
 from tools.fixture_class import solved_dict
 

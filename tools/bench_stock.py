@@ -7,7 +7,7 @@ The class: N students per assignment, alternating the reference solution and the
 speed-up, where the course grader's seconds went per submission (sandbox and interpreter start,
 cells, tests, the served benchmark), and exits 1 if any score differs. ``--one-off`` also times
 the course grader with a whole sandbox and interpreter started per submission (no zygote), the
-way it ran before :mod:`autograder.slots`.
+way it ran before :mod:`autograder.sandbox.slots`.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Runs INSIDE the sandbox: execute one submission's cells and probe the graded tests, one step
-at a time, as the grader asks (the protocol: :mod:`autograder.protocol`).
+at a time, as the grader asks (the protocol: :mod:`autograder.referee.protocol`).
 
 Started as ``python /grader/harness.py REPLY_FD``. The job pipe (stdin) brings the job's settings
 as one JSON line, then one step per line::
@@ -18,7 +18,7 @@ it stands and sends the record. Nothing here decides a score: the grader judges 
 treats anything missing, malformed or out of turn as a failure.
 
 A *refereed* test (``"refereed": true``: every test but the benchmarks) is probed by the grader itself
-(``autograder/referee.py``): this process says ``ready`` and answers the grader's calls, each one
+(``autograder/referee/calls.py``): this process says ``ready`` and answers the grader's calls, each one
 of the course's remotable helpers on concrete inputs (:func:`_answer`), until ``end``. The hidden
 checks' code, case tables and judges never come here.
 
@@ -200,7 +200,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     if job.get("modules"):
         sys.meta_path.append(_WorkingFolder(os.getcwd(), job["modules"]))
     cell_s = float(job.get("cell_s", 120))
-    error_chars = int(job.get("cell_error_chars", 300))  # autograder.protocol.CELL_ERROR_CHARS
+    error_chars = int(job.get("cell_error_chars", 300))  # autograder.referee.protocol.CELL_ERROR_CHARS
     test_s = float(job.get("test_s", max(cell_s, 120)))
     probed = {}  # name -> the objects the correctness tests found under it (the benchmark times those)
 
@@ -397,7 +397,7 @@ def _answer_parts():
 
 
 def _answer(ns, watch, lines, send, n, parts):
-    """A refereed test (``autograder/referee.py``): say ``ready``, then answer each request
+    """A refereed test (``autograder/referee/calls.py``): say ``ready``, then answer each request
     (``{"op": "ask", "data": <a wire frame, base64>}``) with one frame, until ``{"op": "end"}``.
     Each request runs one of the course's remotable helpers (``coursekit.checks.remote.HELPERS``,
     and nothing else) on the notebook's globals, under the op recorder of the ``watch`` ops,

@@ -25,7 +25,7 @@ report what the student's code did, and cannot be switched off unseen.
 * A **nonce** per probe, sent by the grader, goes through the audit hook (``sys.audit``) and back
   with the test's reply: a hook that did not see it is an observation too.
 
-The harness sends what was observed with each reply (:mod:`autograder.protocol`); the grader decides:
+The harness sends what was observed with each reply (:mod:`autograder.referee.protocol`); the grader decides:
 an observation during a probe costs that test its points, naming it; a student's event during an
 ordinary cell is a review flag on the row, naming the event and the cell.
 """

@@ -1,12 +1,12 @@
 """Runs INSIDE a long-lived sandbox, one per grading slot: imports torch, IPython and the checks
 once, then forks one child per submission, and each child enters a fresh sandbox of its own
-before any student code runs (the grader's side is :mod:`autograder.slots`).
+before any student code runs (the grader's side is :mod:`autograder.sandbox.slots`).
 
 Started as ``python /grader/zygote.py SOCKET_FD TMP_MB CPU_S`` inside the same bubblewrap sandbox as a
-one-off submission (:func:`autograder.sandbox.bwrap_argv`: unprivileged uid, no capability,
+one-off submission (:func:`autograder.sandbox.bwrap.bwrap_argv`: unprivileged uid, no capability,
 read-only root, no network). Its stdin brings one JSON line, ``{"seccomp": ...}``: the filter
 each child installs (the hidden checks never come here: the grader's referee runs them,
-``autograder/referee.py``). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
+``autograder/referee/calls.py``). ``SOCKET_FD`` is a ``SOCK_SEQPACKET`` socket to the grader. Messages
 are JSON; the grader sends::
 
     {"op": "fork", "id": n, "cgroups": k}  + 3 + k descriptors: the job pipe's read end, the reply
@@ -22,7 +22,7 @@ child (:func:`_enter`):
 
 0. writes itself into its cgroup's ``cgroup.procs`` files (the descriptors were opened by the
    grader, as root, which is what the kernel checks) and closes them: everything it starts, and
-   every page it writes, is the submission's (:mod:`autograder.cgroups`);
+   every page it writes, is the submission's (:mod:`autograder.sandbox.cgroups`);
 1. ``unshare`` s new user, mount, pid, network, IPC and UTS namespaces (the zygote never runs
    student code: each fork is a pristine copy of it);
 2. mounts new, sized tmpfs on the working directory, ``/tmp`` and ``/dev/shm``: nothing an
@@ -36,7 +36,7 @@ child (:func:`_enter`):
    kernel allows it, drops every capability (bounding set, ambient, effective, permitted), sets
    ``no_new_privs`` and the submission's own CPU-seconds limit: mounts inherited from the slot are locked, and without
    ``CAP_SYS_ADMIN`` it cannot unmount its own tmpfs or ``/proc`` either; and installs the full
-   seccomp filter (:mod:`autograder.seccomp`; the zygote's own lacks ``unshare`` and ``mount``,
+   seccomp filter (:mod:`autograder.sandbox.seccomp`; the zygote's own lacks ``unshare`` and ``mount``,
    which step 1 needs), in the init, so the harness and all it starts have it;
 5. keeps only its three pipes, reseeds torch's, numpy's and Python's global generators
    (:func:`_reseed`), then runs :func:`harness.main`.
@@ -337,7 +337,7 @@ def _one(sock, fds, req, harness, seccomp=None):
 
 
 def _read_start():
-    """One JSON line on stdin from the grader (:class:`autograder.slots.Slot`), read to its end: the
+    """One JSON line on stdin from the grader (:class:`autograder.sandbox.slots.Slot`), read to its end: the
     seccomp filter (base64); stdin is ``/dev/null`` afterwards."""
     chunks = []
     while True:

@@ -13,7 +13,7 @@ checked against the installed torch by ``tests/test_blocked_ops.py`` (every disp
 name contains ``norm`` is either in it or in :data:`NOT_NORMALIZATIONS`, so a normalization op
 added by a future torch fails that test until someone classifies it). Three places use it: the
 op recorder below (through each check's ``forbidden_ops``), the autograder's static scan of the
-student's source (``autograder.plan.scan_forbidden``) and :func:`block_kernels`, which makes the
+student's source (``autograder.intake.plan.scan_forbidden``) and :func:`block_kernels`, which makes the
 kernels raise inside the grading sandbox.
 """
 from __future__ import annotations

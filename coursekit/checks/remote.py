@@ -3,7 +3,7 @@
 A check's probe is ordinary Python that builds inputs and calls the student's code. In the
 notebook (the self-check, stock nbgrader) it runs right there, on the notebook's globals. In the
 course grader the probes of the hidden checks run in the grader's own process (the referee,
-:mod:`autograder.referee`): their code and their case tables never enter the sandbox. The probe
+:mod:`autograder.referee.calls`): their code and their case tables never enter the sandbox. The probe
 gets a :class:`RemoteNamespace` instead of the notebook's globals, and every function that touches
 the student's code is a *remotable helper*: decorated with :func:`remotable`, it runs where the
 student's code is. Called with a remote object among its arguments, it sends its name and its

@@ -26,7 +26,7 @@ DTYPE = torch.float64
 
 #: the draw of this grading run (0: the fixed seeds, as in the notebook). The course grader's
 #: referee sets it for the hidden checks, from the run and the submission
-#: (:func:`autograder.referee.draw`), for the probe and the judge alike: a seed table the
+#: (:func:`autograder.referee.calls.draw`), for the probe and the judge alike: a seed table the
 #: student's code saw in one run helps no later submission.
 _SALT: contextvars.ContextVar = contextvars.ContextVar("hidden_draw", default=0)
 

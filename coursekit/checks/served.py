@@ -5,7 +5,7 @@ cells ran, the harness (in the sandbox) builds the student's module once (``SERV
 and answers requests from the grader over a pipe: for each fresh random seed it builds the input
 (``SERVED[gid].x``, the same code the grader uses), calls the module K times, chained, and sends
 the last output back. The grader holds the clock, checks every output against torch's module on
-the same seed, and times torch's module in its own process (``autograder/outside.py``);
+the same seed, and times torch's module in its own process (``autograder/referee/clock.py``);
 :func:`served_report` judges those numbers against the same :data:`LIMITS` as the notebook's
 benchmark (:mod:`coursekit.checks.benchmark`). Nothing here is used by the in-notebook benchmark
 (stock nbgrader, the self-check).

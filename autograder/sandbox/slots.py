@@ -3,21 +3,21 @@
 
 Starting Python and importing torch, ``torch._dynamo`` and IPython costs seconds per submission;
 forking a process that already imported them costs milliseconds. A :class:`Slot` starts the
-zygote once in the same bubblewrap sandbox a one-off run gets (:func:`autograder.sandbox.bwrap_argv`:
+zygote once in the same bubblewrap sandbox a one-off run gets (:func:`autograder.sandbox.bwrap.bwrap_argv`:
 its own unprivileged uid, no capability, read-only root, no network, rlimits), and each
 submission then runs in a child that has entered new namespaces, fresh sized tmpfs and a new
 pid 1 before its first line (see the zygote's docstring for the list).
 
-Each submission gets a cgroup of its own (:mod:`autograder.cgroups`), made here before the fork:
+Each submission gets a cgroup of its own (:mod:`autograder.sandbox.cgroups`), made here before the fork:
 the fork request carries its ``cgroup.procs`` files, opened here (as root), and the child writes
 itself into them before anything else, then closes them, so that everything the submission
 starts and every page it writes (its tmpfs too) is counted there; the grader checks the group is
 not empty before the submission's first cell. The zygote's bwrap installs the seccomp filter
-without ``unshare`` and ``mount`` (:func:`autograder.seccomp.program`, ``slot=True``), which the
+without ``unshare`` and ``mount`` (:func:`autograder.sandbox.seccomp.program`, ``slot=True``), which the
 child needs for its namespaces; the child installs the full filter before its init forks the
 harness.
 
-:meth:`Slot.run` has the contract of :func:`autograder.sandbox.run_sandboxed`: ``on_start`` gets a
+:meth:`Slot.run` has the contract of :func:`autograder.sandbox.bwrap.run_sandboxed`: ``on_start`` gets a
 handle with ``stdin`` (the job pipe), ``wait(timeout)`` and ``kill()``; the wall clock runs
 meanwhile; the result carries the exit code, whether the clock ran out, the wall time and the
 output's tail. A slot whose zygote stops answering is torn down (its whole process group) and the
@@ -43,8 +43,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from autograder import cgroups, seccomp
-from autograder.sandbox import (ROOT, ZYGOTE_IN, Limits, Result, SandboxUnavailable, _preexec,
+from autograder.sandbox import cgroups
+
+from autograder.sandbox import seccomp
+from autograder.sandbox.bwrap import (ROOT, ZYGOTE_IN, Limits, Result, SandboxUnavailable, _preexec,
                                 _Tail, _user_process_count, bwrap_argv, sandbox_uid,
                                 staged_sources)
 

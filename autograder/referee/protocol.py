@@ -7,7 +7,7 @@ Two pipes:
 * the *job pipe* (the harness's stdin): the grader writes JSON lines. First the job's settings,
   then one ``{"op": "step", "n": n, ...}`` at a time (a cell to run or a test to probe), and
   ``{"op": "end"}`` after the last step. The benchmark's requests travel here too
-  (:mod:`autograder.outside`).
+  (:mod:`autograder.referee.clock`).
 * the *reply pipe*: the harness writes frames (:func:`coursekit.checks.wire.pack`): ``hello`` once,
   then exactly one answer per step (``cell`` with the error it raised, if any; ``test`` with the
   probe's record; ``ready`` first for a benchmark the grader times), ``bye`` after ``end``.
@@ -190,9 +190,9 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
              referee=None) -> Transcript:
     """Drive one notebook through ``steps``; returns when it is done, gone or out of protocol.
 
-    ``measure(grade_id, stdin, ch)``: times a served benchmark (:func:`autograder.outside.measure`).
+    ``measure(grade_id, stdin, ch)``: times a served benchmark (:func:`autograder.referee.clock.measure`).
     ``referee(grade_id, stdin, ch, timeout)``: probes a refereed test from here (a step with
-    ``"refereed": true``; :func:`autograder.referee.run`) and returns its record.
+    ``"refereed": true``; :func:`autograder.referee.calls.run`) and returns its record.
     """
     tr = Transcript()
     clock = {"t": time.monotonic()}

@@ -45,16 +45,16 @@ class Outcome:
     notes: list = field(default_factory=list)
     cell_errors: list = field(default_factory=list)
     wall_s: float = 0.0
-    timings: dict = field(default_factory=dict)  # seconds by phase (autograder.protocol.Transcript)
+    timings: dict = field(default_factory=dict)  # seconds by phase (autograder.referee.protocol.Transcript)
     output_tail: str = ""
-    #: reasons for a person to look at this submission (autograder.scan.review), each with its cell
+    #: reasons for a person to look at this submission (autograder.intake.scan.review), each with its cell
     #: and line; a flag costs no point
     review: list = field(default_factory=list)
     handed_in: str = ""  # the file the student handed in that was graded (the notebook column)
     other_assignment: str = ""  # the assignment whose notebook was handed in, when not this one's
     #: manual scores in the course gradebook that this run's auto scores did not replace
-    #: (autograder.nbgrader_course.kept_manual): {"cell", "manual", "auto"} each
+    #: (autograder.nbgrader.course_dir.kept_manual): {"cell", "manual", "auto"} each
     manual_kept: list = field(default_factory=list)
-    #: the draw of the hidden checks' inputs for this submission (autograder.referee.draw_for): with
+    #: the draw of the hidden checks' inputs for this submission (autograder.referee.calls.draw_for): with
     #: it, an instructor reruns the very inputs the hidden probes passed
     hidden_draw: int = 0

@@ -4,7 +4,7 @@ Self-contained pages: inline CSS, plots as base64 PNG, no scripts, no external U
 page says what passed, what failed and why (the checks' messages), the benchmark's numbers and
 what went wrong while the notebook ran; it never shows test code (hidden tests stay hidden).
 
-The pages are jinja2 templates (``autograder/templates/``: ``base.html.j2`` with the CSS,
+The pages are jinja2 templates (``autograder/report/templates/``: ``base.html.j2`` with the CSS,
 ``feedback.html.j2``, ``report.html.j2``) rendered with autoescaping: every value that comes from a
 submission (student ids and names, messages, cell errors) is escaped by the template engine, and
 nothing is marked safe. This module only computes what the templates show (plots, groupings, links).
@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import jinja2
 
-from autograder.protocol import bound_cell_errors
+from autograder.referee.protocol import bound_cell_errors
 
 STATUS_TEXT = {
     "graded": "graded",
@@ -38,7 +38,7 @@ STATUS_TEXT = {
 
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("autograder", "templates"), autoescape=True,
+    env = jinja2.Environment(loader=jinja2.PackageLoader("autograder.report", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["num"] = lambda x, spec="g": format(x, spec)  # 15.0 -> "15", as f"{x:g}"
     return env

@@ -309,7 +309,7 @@ def create(memory_mb: int, nproc: int, cpus: float) -> Group:
 
 
 def for_limits(limits) -> Group | None:
-    """The group a submission gets under ``limits`` (:class:`autograder.sandbox.Limits`), or None
+    """The group a submission gets under ``limits`` (:class:`autograder.sandbox.bwrap.Limits`), or None
     when the instructor turned control groups off (``--no-cgroups``)."""
     if not limits.cgroups:
         return None

@@ -29,7 +29,7 @@ its decorators and default values, a class's bases, the right-hand side of a nee
 transitively. **Graded code** is every statement, in answer cells and added cells, that binds or
 writes a needed name (with the whole body of a needed ``def`` or ``class``): the code the probes
 reach. Answer-cell statements that are not graded code still run (an answer cell runs whole), but
-what they mention costs nothing (see :mod:`autograder.scan`).
+what they mention costs nothing (see :mod:`autograder.intake.scan`).
 
 Cells are read as IPython reads them (``TransformerManager().transform_cell``: magics and shell
 escapes become ``get_ipython()`` calls); the Python inside ``%%time`` and ``%%capture`` cells is
@@ -583,7 +583,7 @@ def slice_cells(cells: list[Cell], contract: frozenset | None = None, deadline: 
         if stars and name not in bound_anywhere and name not in PREDEFINED and name not in seeds:
             # graded code reads a name nothing binds: a star import may, so each of them runs (and
             # what its statement reads is needed). It is not graded code itself: a forbidden name
-            # that graded code reads costs wherever it comes from (autograder.scan.costs)
+            # that graded code reads costs wherever it comes from (autograder.intake.scan.costs)
             for st in stars:
                 kept.add(id(st))
                 for g in free_globals([st.node]):

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from autograder.protocol import Closed, send
+from autograder.referee.protocol import Closed, send
 from coursekit.checks import wire
 from coursekit.checks.remote import StudentRaised, namespace, tag, untag, RemoteHandle
 
@@ -39,7 +39,7 @@ def hidden_ids() -> frozenset:
 
 def refereed(grade_id: str) -> bool:
     """Whether the referee runs this test: every test but the benchmarks (timed by the grader from
-    outside, :mod:`autograder.outside`). A hidden test's probe runs here, a visible one's in the
+    outside, :mod:`autograder.referee.clock`). A hidden test's probe runs here, a visible one's in the
     sandbox, whole (:func:`refereed_check`)."""
     from coursekit.checks import get
     hidden_ids()

@@ -12,24 +12,24 @@ What the sandbox is (``bwrap`` arguments built by :func:`bwrap_argv`):
   cgroup where possible): no network but a private loopback, its own pid 1, its own hostname;
 * a filesystem made of read-only binds of only what Python needs (``/usr``, the interpreter's
   prefix, the virtual environment, the ``course`` package, but an empty read-only folder over its
-  ``hidden/``: the grader's referee runs the hidden checks, ``autograder/referee.py``), a fresh
+  ``hidden/``: the grader's referee runs the hidden checks, ``autograder/referee/calls.py``), a fresh
   ``/proc``, a minimal ``/dev``,
   and two size-limited tmpfs, the only writable places: the working directory (``$HOME``) and
   ``/tmp``. Nothing of the host is writable; the repository, ``solutions/``, the gradebook, other
   students' files and the instructor's home are simply not there. Results leave over pipes only
-  (:mod:`autograder.protocol`);
+  (:mod:`autograder.referee.protocol`);
 * ``--die-with-parent`` and ``--new-session``; the parent starts bwrap in its own process group
   and kills the group on timeout; killing the pid namespace's init kills every process in it;
 * rlimits set before exec (inherited by everything inside): address space, CPU seconds, number of
   processes (enforced, since the uid is not root), file size, open files, no core dumps;
-* a control group of its own (:mod:`autograder.cgroups`), joined before exec: memory of all its
+* a control group of its own (:mod:`autograder.sandbox.cgroups`), joined before exec: memory of all its
   processes together (tmpfs included), processes, and CPU time (1 core by default), so a memory
   bomb meets the kernel's OOM killer inside its own group (the row says so) and threads buy no
   wall time;
-* a seccomp filter (:mod:`autograder.seccomp`, ``--seccomp``): the system calls Docker's default
+* a seccomp filter (:mod:`autograder.sandbox.seccomp`, ``--seccomp``): the system calls Docker's default
   profile denies answer EPERM;
 * only when the grader's benchmarks run on a GPU (``gpu=True``, see
-  :func:`autograder.outside.served_device`): the NVIDIA device files that exist
+  :func:`autograder.referee.clock.served_device`): the NVIDIA device files that exist
   (:func:`gpu_device_binds`, ``--dev-bind``), the folders of the driver's libraries that the
   ``/usr`` bind does not cover (:func:`gpu_library_dirs`), and a data-size limit instead of the
   address-space one (the CUDA driver reserves tens of GiB of address space it never touches).
@@ -53,9 +53,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: what runs inside the sandbox (:mod:`autograder.inside`): bound read-only as ``/grader``
-INSIDE = Path(__file__).resolve().parent / "inside"
+INSIDE = Path(__file__).resolve().parents[1] / "inside"
 HARNESS, ZYGOTE = INSIDE / "harness.py", INSIDE / "zygote.py"
 #: where things appear inside the sandbox
 WORK, INSIDE_IN = "/home/student", "/grader"
@@ -78,14 +78,13 @@ class Limits:
     tmp_mb: int = 256  # size of the tmpfs on /tmp, and of the one on the working directory
     threads: int = 1  # OMP/MKL threads inside (parallelism comes from --jobs)
     #: memory of all the submission's processes together, tmpfs included, MB (its cgroup, --memory);
-    #: None: sized so that the grading slots fit the machine (autograder.cgroups.default_memory_mb)
+    #: None: sized so that the grading slots fit the machine (autograder.sandbox.cgroups.default_memory_mb)
     submission_mb: int | None = None
     cpus: float = 1.0  # CPU time per wall second of the submission's cgroup, in cores (--cpus)
     cgroups: bool = True  # a cgroup per submission (False: --no-cgroups, rlimits only)
 
 
-class SandboxUnavailable(RuntimeError):
-    """bwrap is missing or cannot create namespaces here."""
+from autograder.sandbox import SandboxUnavailable  # noqa: E402 -- one class for the whole package
 
 
 def _user_process_count(uid: int) -> int:
@@ -163,12 +162,12 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
     runs as an unprivileged uid that may not walk to them: see :func:`_preexec`). ``gpu``: the
     benchmarks run on the GPU, so the NVIDIA device files under ``dev_root`` are bound in
     (:func:`gpu_device_binds`) and the driver's library folders are reachable. ``seccomp_fd``: a
-    descriptor bwrap reads the seccomp filter from (:func:`autograder.seccomp.memfd`)."""
+    descriptor bwrap reads the seccomp filter from (:func:`autograder.sandbox.seccomp.memfd`)."""
     course_dir = Path(course_dir).resolve()
     binds = []
     for i, (src, dst) in enumerate(_ro_sources(course_dir, gpu)):
         binds += ["--ro-bind", str(stage_dir(course_dir, gpu) / str(i)) if staged else src, dst]
-    hidden = []  # course/hidden: an empty read-only folder (the referee runs the hidden checks: autograder/referee.py)
+    hidden = []  # course/hidden: an empty read-only folder (the referee runs the hidden checks: autograder/referee/calls.py)
     if (course_dir / "hidden").is_dir():
         h = str(course_dir / "hidden")
         hidden = ["--size", "4096", "--perms", "0555", "--tmpfs", h, "--remount-ro", h]
@@ -399,7 +398,8 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
     meanwhile, and stdin is closed after it returns. ``scratch``: with ``sandbox=False`` only, the
     host folder used as the working directory. ``gpu``: give the sandbox the GPU (:func:`bwrap_argv`).
     """
-    from autograder import cgroups, seccomp
+    from autograder.sandbox import cgroups
+    from autograder.sandbox import seccomp
     with sandbox_uid() as uid, contextlib.ExitStack() as stack:
         group = cgroups.for_limits(limits)
         if group is not None:
@@ -469,10 +469,10 @@ _checked: dict = {}
 def ensure_bwrap(course_dir: Path = ROOT / "course", limits: Limits | None = None) -> None:
     """Raise :class:`SandboxUnavailable` unless bwrap can build the sandbox on this machine, as the
     user it will run as, with the course's Python importable inside, in a cgroup of its own unless
-    ``limits`` says ``cgroups=False`` (:class:`autograder.cgroups.CgroupUnavailable` says why not)."""
+    ``limits`` says ``cgroups=False`` (:class:`autograder.sandbox.cgroups.CgroupUnavailable` says why not)."""
     from dataclasses import replace
     if shutil.which("bwrap") is not None and (limits is None or limits.cgroups):
-        from autograder import cgroups
+        from autograder.sandbox import cgroups
         cgroups.ensure(limits or Limits())  # raises CgroupUnavailable, which says why and what to do
     if "ok" in _checked:
         if not _checked["ok"]:

@@ -2,7 +2,7 @@
 
 When the harness reaches a benchmark cell it builds the student's module, says ``ready`` on the
 reply pipe and waits for requests on its job pipe (``autograder/inside/harness.py``, ``_serve``); the conversation around
-it is :mod:`autograder.protocol`'s. Here, in the grader:
+it is :mod:`autograder.referee.protocol`'s. Here, in the grader:
 
 1. ``ping`` a few times (build the input, send back zeros of the output's shape): the cost of a
    round trip without the student's work. The allowance taken off each round is the fastest
@@ -26,7 +26,7 @@ no time measured there is used.
 
 On a grading host with a CUDA GPU (:func:`served_device`) the workload is the GPU one
 (:func:`coursekit.bench.bench_config`: bfloat16, transformer sizes); the sandbox gets the GPU's
-device files (:func:`autograder.sandbox.gpu_device_binds`), replies carry one number per row
+device files (:func:`autograder.sandbox.bwrap.gpu_device_binds`), replies carry one number per row
 (:func:`coursekit.checks.served.reply`), this process synchronizes the GPU around its own timed
 calls, rounds are longer (:data:`TARGET_S`), and ``torch.compile`` of torch's module is timed as
 well (reported unavailable when it does not compile). The verdict is still yours against torch eager.
@@ -38,7 +38,7 @@ import statistics
 import struct
 import time
 
-from autograder.protocol import Channel, Closed, send
+from autograder.referee.protocol import Channel, Closed, send
 
 #: per device type: one round of the student's calls lasts about this long (torch's: a fifth of it);
 #: on a GPU a call takes ~0.1-1 ms and the pipe's round trip more, so rounds are longer there

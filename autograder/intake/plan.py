@@ -7,7 +7,7 @@ supplies answers.
 * test cells (``grade: true``): never the student's copy. The release says which tests exist and
   what each is worth; the harness probes the check of that grade id at that point;
 * cells the student added (matching no released cell) come after the matched cell before them, and
-  only their graded slice runs (:mod:`autograder.slicing`): the statements that graded code needs;
+  only their graded slice runs (:mod:`autograder.intake.slicing`): the statements that graded code needs;
 * markdown and raw cells are ignored; outputs in the student's file are never read.
 
 The student's file is read as plain JSON, defensively (:func:`read_student_notebook`): nbformat
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.slicing import Cell, GradedSlice, PlanningTimeout, slice_cells
+from autograder.intake.slicing import Cell, GradedSlice, PlanningTimeout, slice_cells
 from course import cells as cells_
 
 MAX_NOTEBOOK_BYTES = 100 << 20  # bigger files are refused (huge outputs are fine below this)
@@ -124,7 +124,7 @@ def release_cells(path: Path) -> list[dict]:
 
 def make_plan(release: list[dict], student: list[dict], deadline: float | None = None) -> Plan:
     """The plan for ``student``'s cells on ``release``; ``deadline`` (``time.monotonic()``): past
-    it, slicing raises :class:`autograder.slicing.PlanningTimeout`."""
+    it, slicing raises :class:`autograder.intake.slicing.PlanningTimeout`."""
     by_gid, by_id = {}, {}
     for j, c in enumerate(release):
         if c["role"] == "markdown":
@@ -199,11 +199,11 @@ def make_plan(release: list[dict], student: list[dict], deadline: float | None =
 
 
 def bounded_plan(release: list[dict], student: list[dict], budget: float | None = None) -> tuple[Plan, list[str]]:
-    """(the plan, the review of its slice: :func:`autograder.scan.review`), worked out within
+    """(the plan, the review of its slice: :func:`autograder.intake.scan.review`), worked out within
     ``budget`` seconds (:data:`PLAN_BUDGET_S`) in a thread of its own; raises :class:`BadNotebook`,
     with a message for the student, when it takes longer or the code nests too deep to read. Past
     the budget the thread is left to stop at slicing's next look at the deadline."""
-    from autograder import scan
+    from autograder.intake import scan
 
     budget = PLAN_BUDGET_S if budget is None else budget
     deadline = time.monotonic() + budget

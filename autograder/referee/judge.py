@@ -1,5 +1,5 @@
 """Judge a submission's records in the grader's own process (trusted side): each check's judge, the
-built-ins graded code names (:func:`autograder.scan.costs`), and the benchmark's verdict on the
+built-ins graded code names (:func:`autograder.intake.scan.costs`), and the benchmark's verdict on the
 grader's own timings."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import contextlib
 import io
 import threading
 
-from autograder import plan as planmod
-from autograder import scan
-from autograder.protocol import CELL_ERROR_CHARS
-from autograder.outcome import TestResult, check_for as _check
+from autograder.intake import plan as planmod
+from autograder.intake import scan
+from autograder.referee.protocol import CELL_ERROR_CHARS
+from autograder.report.outcome import TestResult, check_for as _check
 
 _JUDGE_LOCK = threading.Lock()  # judges print (the benchmark's table): one at a time, output captured
 
@@ -34,8 +34,8 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
 
     ``plan``: its graded slice says which built-ins graded code names (:func:`scan.costs`).
     ``observed``: test index -> what the observers inside the sandbox saw during its probe
-    (:func:`autograder.protocol.observations`): such a test scores nothing, the message naming it.
-    ``served``: the benchmarks timed from here (:mod:`autograder.outside`), by test index. A
+    (:func:`autograder.referee.protocol.observations`): such a test scores nothing, the message naming it.
+    ``served``: the benchmarks timed from here (:mod:`autograder.referee.clock`), by test index. A
     benchmark passes only on those measurements; its record from the sandbox can only fail it
     (the student's module could not be built).
     """

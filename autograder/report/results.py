@@ -110,7 +110,7 @@ def _known(cls, d: dict) -> dict:
 
 def read_json(path: Path) -> list:
     """The outcomes a run wrote to ``path`` (:func:`write_json`), as Outcome objects."""
-    from autograder.outcome import Outcome, TestResult
+    from autograder.report.outcome import Outcome, TestResult
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -191,7 +191,7 @@ def _not_submitted(o) -> bool:
 def fill(outcomes) -> list:
     """A 'not submitted' row for every student and every assignment anyone handed in, as
     ``autograder.grade._fill_class`` does, with the tests of that assignment's other rows."""
-    from autograder.outcome import Outcome, TestResult
+    from autograder.report.outcome import Outcome, TestResult
 
     names: dict = {}
     for o in outcomes:

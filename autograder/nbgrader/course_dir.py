@@ -12,13 +12,13 @@ When the grader grades ``<course>/submitted`` (``<course>`` holds an ``nbgrader_
   manual score, which is kept), "No response." on an answer cell left as released, and the late
   penalty of the configured ``AssignLatePenalties.plugin_class``. The submission is updated, never
   removed: manual scores and comments survive a regrade. An assignment the gradebook does not know
-  is first created by ``nbgrader generate_assignment`` (:func:`autograder.gradebook.populate_url`);
+  is first created by ``nbgrader generate_assignment`` (:func:`autograder.nbgrader.gradebook.populate_url`);
 * ``autograded/<student>/<assignment>/<notebook>.ipynb`` gets the notebook the grader ran (below),
   with nbgrader's file permissions (444, or 664 with ``CourseDirectory.groupshared``), next to
   copies of the submission's other files (``timestamp.txt``, the exchange's
   ``submission_secret.txt``, which ``nbgrader release_feedback`` needs).
 
-The autograded notebook is what was graded, in the order it ran (:mod:`autograder.plan`): the
+The autograded notebook is what was graded, in the order it ran (:mod:`autograder.intake.plan`): the
 release is the skeleton, each answer cell holds the student's code (matched by grade id, else cell
 id, first copy), the code cells the student added follow the cell they followed, and every test
 cell is the *released* test cell (``### BEGIN HIDDEN TESTS`` regions are not in it) with one output:
@@ -48,7 +48,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import plan as planmod
+from autograder.intake import plan as planmod
 
 CONFIG = "nbgrader_config.py"
 DEFAULT_STRUCTURE = "{nbgrader_step}/{student_id}/{assignment_id}"
@@ -203,7 +203,7 @@ def build_notebook(release_path: Path, student_path: Path | None, outcome, gb_in
             by_gid.setdefault(c["grade_id"], j)
         if c["id"]:
             by_id.setdefault(c["id"], j)
-    # The same matching as autograder.plan.make_plan: answers by grade id, else cell id, first copy;
+    # The same matching as autograder.intake.plan.make_plan: answers by grade id, else cell id, first copy;
     # unmatched code cells run after the matched cell before them; test cells are never the student's.
     answers: dict[int, str] = {}
     added: dict[int, list[str]] = {}
@@ -223,7 +223,7 @@ def build_notebook(release_path: Path, student_path: Path | None, outcome, gb_in
 
     results = {t.grade_id: t for t in outcome.tests}
     cells: list = []
-    labels: list = []  # the grader's label of each code cell that ran (autograder.plan's), or None
+    labels: list = []  # the grader's label of each code cell that ran (autograder.intake.plan's), or None
     used_ids: set = set()
 
     def keep_id(cell, want=None):
@@ -279,7 +279,7 @@ def build_notebook(release_path: Path, student_path: Path | None, outcome, gb_in
     for lab in labels:
         if lab is not None:
             counts[lab[:80]] = counts.get(lab[:80], 0) + 1
-    from autograder.protocol import bound_cell_errors
+    from autograder.referee.protocol import bound_cell_errors
     for err in bound_cell_errors(outcome.cell_errors):
         lab = err.get("label", "")
         if counts.get(lab) == 1:
@@ -299,7 +299,7 @@ def build_notebook(release_path: Path, student_path: Path | None, outcome, gb_in
             elif m.get("grade") and m["grade_id"] in gb_info["grade"]:
                 m["points"] = gb_info["grade"][m["grade_id"]]
 
-    from autograder.feedback import STATUS_TEXT
+    from autograder.report.feedback import STATUS_TEXT
     # No total here: nbgrader's own header (the feedback page's "Score") adds the manual grades and
     # any late penalty, and a total written into this cell would go stale after grading by hand.
     summary = [f"status: {STATUS_TEXT.get(outcome.status, outcome.status)}",
@@ -464,9 +464,9 @@ def write(outcomes, course: NbCourse, root: Path, submissions: Path | None = Non
     from nbgrader.preprocessors import AssignLatePenalties
     from nbgrader.utils import compute_checksum
 
-    from autograder.gradebook import populate_url
-    from autograder.ingest import Catalog, discover
-    from autograder.results import NOT_SUBMITTED
+    from autograder.nbgrader.gradebook import populate_url
+    from autograder.intake.ingest import Catalog, discover
+    from autograder.report.results import NOT_SUBMITTED
     from course.release import venv_env
 
     os.environ["PATH"] = venv_env()["PATH"]  # nbgrader's Gradebook shells out to alembic

@@ -1,4 +1,4 @@
-"""What the grader reads in a submission's graded slice (:mod:`autograder.slicing`), outside the
+"""What the grader reads in a submission's graded slice (:mod:`autograder.intake.slicing`), outside the
 sandbox: the only two things a static reading decides.
 
 * :func:`costs`: torch's built-ins that a check forbids, named in **graded code** (the statements
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import ast
 
-from autograder.slicing import GradedSlice, is_get_ipython, root_name
+from autograder.intake.slicing import GradedSlice, is_get_ipython, root_name
 
 #: torch classes that compute a normalization for you
 NORM_CLASSES = frozenset({"LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm",
@@ -347,7 +347,7 @@ def review(sl: GradedSlice) -> list[str]:
 
 def _import_bound(sl: GradedSlice) -> set[str]:
     """Names bound by imports (in any cell, the setup included) and never otherwise by the student."""
-    from autograder.slicing import module_names
+    from autograder.intake.slicing import module_names
     return module_names(sl.statements, lambda s: sl.cells[s.cell].kind != "locked")
 
 
@@ -420,7 +420,7 @@ def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag, values=None) 
         elif not all(isinstance(a, ast.Constant) for a in n.args):
             flag(st, n, "a magic with a computed argument")
         else:  # the Python inside %time/%timeit: flag what it reaches too
-            from autograder.slicing import parse
+            from autograder.intake.slicing import parse
             for a in n.args[1:]:
                 try:
                     inner = parse(a.value)
@@ -434,7 +434,7 @@ def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag, values=None) 
 def _probe_reach(sl: GradedSlice) -> set[str]:
     """Names the probes can call: the contract's, and those the bodies of graded functions and
     classes read (not their decorators: a decorator runs once, when the cell runs)."""
-    from autograder.slicing import contract_names, free_globals
+    from autograder.intake.slicing import contract_names, free_globals
     out = set(contract_names())
     for st in sl.graded_code():
         if isinstance(st.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
