@@ -330,3 +330,56 @@ def test_sandbox_uids_never_clash_across_processes():
         theirs = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                                 check=True).stdout.strip()
         assert int(theirs) != mine
+
+
+#: the fourth trust review's fixtures (issue 24): reaching around the course by aliases, the observers'
+#: routes, exercise 05's autograd by other routes and kept copies, exercise 04's layer called unbound,
+#: and the honest patterns that must keep full marks unflagged
+ROUND4 = {
+    "01_layernorm": (["alias_sys_releases_guards", "alias_getattr_globals", "alias_exec_base64",
+                      "reduce_getattr_globals", "modules_in_containers", "alias_torch_internals",
+                      "alias_vars_and_import", "guards_off_through_aliases", "frames_during_probe"],
+                     ["writefile_helper_module", "star_import_math", "seeding_and_dtype_by_name"]),
+    "04_transformer_block": (["encoder_forward_unbound"], ["modules_by_config_name"]),
+    "05_backward": (["alias_enable_grad", "alias_inference_mode", "forward_ad_by_hand",
+                     "autograd_in_a_queue_listener", "fused_backward_recomputes_with_autograd",
+                     "numpy_copy_on_ctx"], ["ctx_attribute_rstd", "logging_honest"]),
+}
+
+
+def _round4_class(dest: Path) -> Path:
+    for a, (hostile, right) in ROUND4.items():
+        _, release = release_dict(a)
+        _put(dest, "ref", a, solved_dict(a))
+        for name in hostile:
+            fx = read_code_fixture(FIXTURES / "hostile" / f"{name}.py")
+            _put(dest, f"h-{name}", a, with_code(copy.deepcopy(release), fx["code"]))
+        for name in right:
+            fx = read_code_fixture(FIXTURES / "right" / a / f"{name}.py")
+            _put(dest, f"r-{name}", a, with_code(copy.deepcopy(release), fx["code"]))
+    return dest
+
+
+@pytest.mark.slow
+def test_the_fourth_reviews_fixtures_grade_the_same_on_the_cluster(cluster, tmp_path):
+    """Every fixture of the fourth trust review gets the same row on the cluster as locally (score,
+    status, review), the hidden checks' draws included; each attack loses points or is flagged, each
+    honest pattern keeps the reference's full marks with nothing flagged."""
+    src = _round4_class(tmp_path / "class")
+    local = _grade(src, tmp_path / "out-local", "--jobs", "2")
+    remote = _grade(src, tmp_path / "out-cluster", "--scheduler", cluster["address"])
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    rows_local, rows_remote = _rows(tmp_path / "out-local"), _rows(tmp_path / "out-cluster")
+    mine = {k: v for k, v in rows_local.items() if float(v["max_score"]) > 0 and v["status"] != "missing"}
+    assert len(mine) == sum(1 + len(h) + len(r) for h, r in ROUND4.values())
+    assert rows_remote == rows_local
+    draws = {(r["student_id"], r["assignment"]): r["hidden_draw"]
+             for d in ("out-local", "out-cluster") for r in json.loads((tmp_path / d / "results.json").read_text())}
+    assert len(set(draws.values())) > 1
+    for (student, a), row in mine.items():
+        full = float(row["score"]) == float(row["max_score"])
+        if student.startswith("h-"):
+            assert not full or row["review"], (student, a, row)
+        else:
+            assert full and row["review"] == "", (student, a, row)
