@@ -244,6 +244,10 @@ class BackwardByHand:
 
     def __init__(self, cls):
         self.cls = cls
+        #: the shapes of what each call of backward returned, as it returned them: autograd's engine
+        #: sums a gradient of shape (B, T, D) to a weight's (D,) by itself, which hides a backward
+        #: that does not sum over every leading dim
+        self.returned: list = []
 
     def __enter__(self):
         cls = self.cls
@@ -251,10 +255,14 @@ class BackwardByHand:
         self.own = cls.__dict__.get("backward")
         original = cls.backward  # what autograd would call (a plain function: staticmethod unwrapped)
         owner = f"{cls.__name__}.backward"
+        returned = self.returned
 
         def backward(ctx, *grads):
             with NoNewThreads(owner), ByHand(owner):
-                return original(ctx, *grads)
+                out = original(ctx, *grads)
+            returned.append([tuple(g.shape) if isinstance(g, torch.Tensor) else None
+                             for g in (out if isinstance(out, tuple) else (out,))])
+            return out
 
         self.wrapper = backward
         cls.backward = staticmethod(backward)
@@ -546,12 +554,20 @@ def fused_case(ns, x, r, w, gy, gh, eps) -> list:
     """One case of :func:`fused_probe`: ``[y, h, grad_x, grad_residual, grad_weight]``."""
     cls = fused_class(ns)
     leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
-    with torch.enable_grad(), BackwardByHand(cls):
+    with torch.enable_grad(), BackwardByHand(cls) as by_hand:
         y, h = fused_apply(cls, *leaves, eps)
         if y.grad_fn is None:
             raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
                               "inputs passed to it?")
         grads = torch.autograd.grad((y, h), leaves, (gy, gh), allow_unused=True)
+    for shapes in by_hand.returned:
+        for name, want, got in zip(("x", "residual", "weight"), (x.shape, r.shape, w.shape), shapes):
+            if got is not None and got != tuple(want):
+                hint = (f" ({FUSED}.backward must sum grad_weight over every leading dim of x, e.g. "
+                        f".reshape(-1, {w.shape[-1]}).sum(0): autograd happened to sum the rest for you here, "
+                        "but the contract asks backward for the gradient itself)") if name == "weight" else ""
+                raise CheckFailed(f"{FUSED}.backward returns a gradient of {name} of shape {got} for {name} "
+                                  f"of shape {tuple(want)}{hint}")
     return [y.detach(), h.detach(), *grads]
 
 
