@@ -335,17 +335,13 @@ def test_sandbox_uids_never_clash_across_processes():
 #: the fourth trust review's fixtures (issue 24): reaching around the course by aliases, the observers'
 #: routes, exercise 05's autograd by other routes and kept copies, exercise 04's layer called unbound,
 #: and the honest patterns that must keep full marks unflagged
-ROUND4 = {
-    "01_layernorm": (["alias_sys_releases_guards", "alias_getattr_globals", "alias_exec_base64",
-                      "reduce_getattr_globals", "modules_in_containers", "alias_torch_internals",
-                      "alias_vars_and_import", "guards_off_through_aliases", "frames_during_probe"],
-                     ["writefile_helper_module", "star_import_math", "seeding_and_dtype_by_name"]),
+ROUND4 = {  # one of each route (the whole set is graded locally by tests/test_autograder_hostile.py)
+    "01_layernorm": (["alias_sys_releases_guards", "alias_exec_base64", "guards_off_through_aliases"],
+                     ["writefile_helper_module", "seeding_and_dtype_by_name"]),
     "04_transformer_block": (["encoder_forward_unbound"], ["modules_by_config_name"]),
-    "05_backward": (["alias_enable_grad", "alias_inference_mode", "forward_ad_by_hand",
-                     "autograd_in_a_queue_listener", "fused_backward_recomputes_with_autograd",
-                     "numpy_copy_on_ctx"], ["ctx_attribute_rstd", "logging_honest"]),
+    "05_backward": (["forward_ad_by_hand", "autograd_in_a_queue_listener", "numpy_copy_on_ctx"],
+                    ["ctx_attribute_rstd"]),
 }
-
 
 def _round4_class(dest: Path) -> Path:
     for a, (hostile, right) in ROUND4.items():
