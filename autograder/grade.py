@@ -159,7 +159,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.hidden_draw = draw
     steps = [_test_step(st) if st["kind"] == "test" else st for st in plan.steps]
     device = served_device()  # the served benchmarks' device: the harness and the grader's clock agree on it
-    job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block, "bench_device": device}
+    job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block, "bench_device": device,
+           "isolated": bool(sandbox)}
     if plan.slice is not None and plan.slice.written:  # %%writefile modules the notebook imports
         job["modules"] = list(plan.slice.written)
     step_s = max(limits.cell_s, 120.0) + protocol.STEP_GRACE_S

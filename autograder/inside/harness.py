@@ -182,6 +182,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                  for gid, c in checks.REGISTRY.items()}
     except Exception as e:  # noqa: BLE001 -- the course package itself is broken: every test reports it
         load_error = f"the course's checks could not be imported: {type(e).__name__}: {e}"
+    isolated = bool(job.get("isolated"))  # this process has a pid namespace of its own (the sandbox)
     answer_parts = _answer_parts()  # the refereed tests' machinery, looked up before any student code
     blocked = _block_ops(job.get("block_ops") or [])
     # the observers (autograder/inside/observers.py): an audit hook, thread starts, and the state of
@@ -231,6 +232,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
         if step.get("refereed"):  # the grader runs this test's probe; this process answers its calls
             for name in step.get("needs") or []:
                 probed.setdefault(name, []).append(shell.user_ns.get(name, _MISSING))
+            _stop_others(isolated)  # no process of the notebook's answers for it while it is tested
             before = obs.probe_start(gid)  # the observers watch every call the grader asks for
             signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, test_s)
@@ -246,6 +248,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                               {"event": "test", "n": n, "observed": observed}))
             continue
         check = tests.get(gid)
+        _stop_others(isolated)
         before = obs.probe_start(gid)
         bench = check is not None and check.kind == "benchmark"
         if check is None:
@@ -381,6 +384,48 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
             if isinstance(e, (KeyboardInterrupt, CellTimeout)):
                 raise
             send(pack_value({"error": f"{type(e).__name__}: {str(e)[:500]}"}))
+
+
+def _ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _stop_others(isolated):
+    """Kill every other process the notebook started, before a test: a process forked in a cell (a
+    DataLoader worker that never returns, say) is outside the observers and the op recorder, so
+    nothing it computes may answer for the student's code while it is tested. In the sandbox (a pid
+    namespace of its own) that is every process but this one, its ancestors and pid 1, orphans
+    included; unsandboxed, this process's descendants only. Inductor compiles in-process there
+    (``TORCHINDUCTOR_COMPILE_THREADS=1``), so no honest process is left to keep."""
+    me = os.getpid()
+    keep, p = {1}, me
+    while p and p not in keep:
+        keep.add(p)
+        p = _ppid(p)
+    keep.add(me)
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return
+    if not isolated:
+        parent = {q: _ppid(q) for q in pids}
+        mine, todo = set(), [me]
+        while todo:
+            q = todo.pop()
+            kids = [c for c, pp in parent.items() if pp == q and c not in mine]
+            mine.update(kids)
+            todo += kids
+        pids = sorted(mine)
+    for q in pids:
+        if q not in keep:
+            try:
+                os.kill(q, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def _answer_parts():

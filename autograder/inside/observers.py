@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import sys
 import sysconfig
+import types
 
 #: audit events the hook looks at (everything else returns at once)
 EVENTS = frozenset({
@@ -112,9 +113,12 @@ class Observers:
                 and not self._is_student(frame, direct=True):
             self._cells[args[1]] = self._step[1]  # IPython compiling a cell: its file name is that cell's
             return
-        if event in ("object.__setattr__", "object.__delattr__") and args and isinstance(args[0], type) and \
+        if event in ("object.__setattr__", "object.__delattr__") and args and \
+                isinstance(args[0], (type, types.FunctionType)) and \
                 not str(getattr(args[0], "__module__", "")).startswith(GUARDED_MODULES):
-            return  # a class of the student's or the standard library's (namedtuple sets __module__, __doc__)
+            # a class or function of the student's or the standard library's (namedtuple sets a class's
+            # __module__ and __doc__, and its __new__'s __defaults__)
+            return
         where = self._is_student(frame, direct=event in DIRECT)
         if where is None:
             return

@@ -194,11 +194,23 @@ def costs(sl: GradedSlice, forbidden: frozenset) -> list[str]:
                 for n in _defined_names(s.node)}
     found = []
     paths = module_paths(sl)
-    for st in sl.graded_code():
+    graded = sl.graded_code()
+    # names looked up by value: getattr(F, TABLE["k"]) costs as F.layer_norm does when "layer_norm"
+    # is among the values the lookup's name may hold (the review's reading of the code, by value)
+    values = Values([resolved(st.node) for st in sl.running_code()],
+                    [s.node for s in sl.statements if s.runs and sl.cells[s.cell].kind == "locked"])
+    for st in graded:
         own_attrs = _own_attrs(st.node)
         for n in ast.walk(resolved(st.node)):
             hit = None
-            if isinstance(n, ast.Attribute):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr" \
+                    and len(n.args) >= 2:
+                named = sorted(values.strings(n.args[1]) & forbidden)
+                if named:
+                    hit = f"getattr(..., {ast.unparse(n.args[1])[:40]}) naming {', '.join(named)}"
+            if hit:
+                pass
+            elif isinstance(n, ast.Attribute):
                 on_self = isinstance(n.value, ast.Name) and n.value.id in ("self", "cls") and n.attr in own_attrs
                 if n.attr in forbidden and not on_self:
                     hit = _show(n)
@@ -909,8 +921,10 @@ class Values:
         if not isinstance(name, (ast.Name, ast.Subscript, ast.Attribute, ast.Constant)) \
                 or _ASSEMBLED in self.ev(name):
             return False
-        return all(s.isidentifier() and not s.startswith("_") and s not in MODULE_ATTRS
-                   and s not in TORCH_INTERNAL_PARTS and s not in REVIEW_ATTRS for s in self.strings(name))
+        known = self.strings(name)
+        # no known value (a name from dir(), input, a loop over anything): a computed name, not a config's
+        return bool(known) and all(s.isidentifier() and not s.startswith("_") and s not in MODULE_ATTRS
+                                   and s not in TORCH_INTERNAL_PARTS and s not in REVIEW_ATTRS for s in known)
 
     def seeding_write(self, target) -> bool:
         """``os.environ["CUBLAS_WORKSPACE_CONFIG"] = ...`` (a known determinism variable, by a
