@@ -657,7 +657,7 @@ def test_exercise_05_autograd_outside_the_hand_written_functions_and_switched_of
 #: honest code on torch's public API and seeding boilerplate: no flag
 PUBLIC_IDIOMS = [
     "NAMES = {'gelu': 'GELU', 'relu': 'ReLU'}\ndef make_act(kind):\n    return getattr(nn, NAMES[kind])()\n",
-    "def make_norm(kind, dim):\n    return getattr(nn, kind)(dim)\n",
+    "def make_norm(kind, dim):\n    return getattr(nn, kind)(dim)\n_n = make_norm('LayerNorm', 8)\n",
     "_act = getattr(nn, 'GELU')()\n",
     "def act(x, act_name='gelu'):\n    return getattr(F, act_name)(x)\n",
     "def cast(x, dtype_name='float32'):\n    return x.to(getattr(torch, dtype_name))\n",
@@ -728,3 +728,19 @@ def test_a_chain_of_aliases_longer_than_the_review_follows_is_itself_flagged():
     assert any("more aliases in a row than the review follows" in f for f in review([code]))
     short = LN + chain.replace("_f60", "_end") + "def _end():\n    return 1\n"
     assert review([short]) == []
+
+
+def test_a_lookup_on_torch_by_a_name_with_no_known_value_is_a_computed_name():
+    """The red team's route: a name picked from dir(torch) has no value the review can read, so
+    getattr(torch, it) is a lookup by a computed name, flagged (a config's name has known values)."""
+    code = ("_cands = [_nm for _nm in dir(torch) if len(_nm) == 3 and _nm.startswith('sy')]\n"
+            "_s = getattr(torch, _cands[0])\n"
+            "LayerNorm.mods = _s\n")
+    assert any("getattr" in r for r in review([LN + code]))
+
+
+def test_getattr_naming_a_forbidden_builtin_by_value_costs_like_its_spelling():
+    """getattr(F, TABLE["k"]) with "layer_norm" among TABLE's values costs as F.layer_norm does."""
+    code = with_forward("getattr(F, _FN['k'])(x, x.shape[-1:])", prefix="_FN = {'k': 'layer_norm'}\n")
+    found = costs([code])
+    assert any("layer_norm" in c for c in found), found
