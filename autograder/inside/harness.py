@@ -232,7 +232,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
         if step.get("refereed"):  # the grader runs this test's probe; this process answers its calls
             for name in step.get("needs") or []:
                 probed.setdefault(name, []).append(shell.user_ns.get(name, _MISSING))
-            _stop_others(isolated)  # no process of the notebook's answers for it while it is tested
+            frozen = _stop_others(isolated)  # no process of the notebook's answers for it while it is tested
             before = obs.probe_start(gid)  # the observers watch every call the grader asks for
             signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, test_s)
@@ -243,12 +243,13 @@ def main(reply_fd: int, ctrl_fd: int = 0):
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             seen = obs.probe_end(step.get("nonce"))
+            _resume(frozen)
             observed = {"events": seen["events"], "problems": before + seen["problems"], "nonce": seen["nonce"]}
             send(record_frame({"ok": False, "error": "CheckFailed", "message": "refereed", "where": ""},
                               {"event": "test", "n": n, "observed": observed}))
             continue
         check = tests.get(gid)
-        _stop_others(isolated)
+        frozen = _stop_others(isolated)
         before = obs.probe_start(gid)
         bench = check is not None and check.kind == "benchmark"
         if check is None:
@@ -284,6 +285,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         seen = obs.probe_end(step.get("nonce"))
+        _resume(frozen)
         observed = {"events": seen["events"], "problems": before + seen["problems"], "nonce": seen["nonce"]}
         try:
             frame = record_frame(rec, {"event": "test", "n": n, "observed": observed})
@@ -395,12 +397,15 @@ def _ppid(pid):
 
 
 def _stop_others(isolated):
-    """Kill every other process the notebook started, before a test: a process forked in a cell (a
-    DataLoader worker that never returns, say) is outside the observers and the op recorder, so
-    nothing it computes may answer for the student's code while it is tested. In the sandbox (a pid
-    namespace of its own) that is every process but this one, its ancestors and pid 1, orphans
-    included; unsandboxed, this process's descendants only. Inductor compiles in-process there
-    (``TORCHINDUCTOR_COMPILE_THREADS=1``), so no honest process is left to keep."""
+    """Freeze every other process the notebook started, for a test (``SIGSTOP``; :func:`_resume`
+    after it): a process forked in a cell (a DataLoader worker that never returns, say) is outside
+    the observers and the op recorder, so nothing it computes may answer for the student's code
+    while it is tested. In the sandbox (a pid namespace of its own) that is every process but this
+    one, its ancestors and pid 1, orphans included; unsandboxed, this process's descendants only.
+    Frozen, not killed: an honest DataLoader's live workers go on after the test (torch raises in
+    the notebook when a worker dies, not when it stops). Inductor compiles in-process in the
+    sandbox (``TORCHINDUCTOR_COMPILE_THREADS=1``), so no compile of the student's code waits on
+    one. Returns the frozen pids."""
     me = os.getpid()
     keep, p = {1}, me
     while p and p not in keep:
@@ -420,12 +425,23 @@ def _stop_others(isolated):
             mine.update(kids)
             todo += kids
         pids = sorted(mine)
+    frozen = []
     for q in pids:
         if q not in keep:
             try:
-                os.kill(q, signal.SIGKILL)
+                os.kill(q, signal.SIGSTOP)
+                frozen.append(q)
             except OSError:
                 pass
+    return frozen
+
+
+def _resume(frozen):
+    for q in frozen or ():
+        try:
+            os.kill(q, signal.SIGCONT)
+        except OSError:
+            pass
 
 
 def _answer_parts():

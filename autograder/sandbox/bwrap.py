@@ -205,7 +205,7 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         "--setenv", "OMP_NUM_THREADS", str(limits.threads),
         "--setenv", "MKL_NUM_THREADS", str(limits.threads),
         # inductor compiles in this process, not in a pool of worker processes: before each test the
-        # harness stops every other process of the sandbox (autograder/inside/harness.py, _stop_others)
+        # harness freezes every other process of the sandbox (autograder/inside/harness.py, _stop_others)
         "--setenv", "TORCHINDUCTOR_COMPILE_THREADS", "1",
         # torch.cuda.is_available() asks NVML instead of initializing the CUDA driver: the grading
         # slot's zygote (autograder/inside/zygote.py) forks a child per submission, and a process that
