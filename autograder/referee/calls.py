@@ -20,11 +20,10 @@ import base64
 import hashlib
 import time
 
-import torch
 
 from autograder.referee.protocol import Closed, send
 from coursekit.checks import wire
-from coursekit.checks.remote import StudentRaised, namespace, tag, untag, RemoteHandle
+from coursekit.checks.remote import RemoteHandle, StudentRaised, namespace, request, untag
 
 #: one request's reply: beyond this the student's code is stuck (the harness's own alarm fires first)
 ASK_S = 150.0
@@ -69,10 +68,7 @@ class Link:
         return RemoteHandle(self, ident)
 
     def ask(self, helper: str, args: list, kwargs: dict):
-        request = {"helper": helper, "args": tag(list(args), lambda o: None),
-                   "kwargs": tag(dict(kwargs), lambda o: None),
-                   "grad": torch.is_grad_enabled(), "salt": self.salt}
-        frame = wire.pack_value(request)
+        frame = wire.pack_value(request(helper, args, kwargs, self.salt))
         send(self.stdin, {"op": "ask", "data": base64.b64encode(frame).decode()})
         self.asked += 1
         left = max(1.0, min(ASK_S, self.deadline - time.monotonic()))

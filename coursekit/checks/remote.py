@@ -205,6 +205,13 @@ def whole_probe(grade_id: str, ns):
     return get(grade_id).probe(ns)
 
 
+def request(helper: str, args: list, kwargs: dict, salt: int) -> dict:
+    """One request of the referee, tagged for the wire: the helper, its concrete arguments, the grad
+    mode the referee's probe is in and the draw (:class:`Loopback` and the grader's link alike)."""
+    return {"helper": helper, "args": tag(list(args), lambda o: None), "kwargs": tag(dict(kwargs), lambda o: None),
+            "grad": torch.is_grad_enabled(), "salt": salt}
+
+
 class StudentRaised(Exception):
     """The student's code raised in the sandbox: the record says what, as a local raise would."""
 
@@ -292,11 +299,9 @@ class Loopback:
         from coursekit.checks import CheckFailed, wire
         from coursekit.checks.ops import OpRecorder
 
-        request = {"helper": helper, "args": tag(list(args), lambda o: None),
-                   "kwargs": tag(dict(kwargs), lambda o: None), "grad": torch.is_grad_enabled(), "salt": self.salt}
-        request = _through_wire(wire, request)
+        req = _through_wire(wire, request(helper, args, kwargs, self.salt))
         with OpRecorder(active=bool(self.watch)) as rec:
-            reply = self.answerer.answer(request)
+            reply = self.answerer.answer(req)
         reply = _through_wire(wire, dict(reply, ops=sorted(rec.seen & self.watch)))
         self.ops.update(reply["ops"])
         if not reply["ok"]:
