@@ -49,6 +49,10 @@ class CodeFixture:
     #: the fixture is plain Python, which tests may also run in-process (``in process: no`` in its
     #: docstring: it holds notebook syntax, such as a ``%%writefile`` cell, that only a kernel runs)
     in_process: bool = True
+    #: stock ``nbgrader autograde`` gives 0 to any test cell that writes to stderr (nbgrader's
+    #: ``determine_grade``), so honest code that logs there loses those cells under stock nbgrader
+    #: only (``stock nbgrader: stderr costs`` in its docstring); the course grader judges by probe
+    stock_stderr_costs: bool = False
 
 
 def _fixture_docstring(code: str) -> str:
@@ -74,6 +78,7 @@ def read_fixture(path: Path) -> CodeFixture:
         message=message.group(1).strip() if message else None,
         code=code,
         in_process=not re.search(r"^in process:\s*no\b", doc, re.M),
+        stock_stderr_costs=bool(re.search(r"^stock nbgrader:\s*stderr costs\b", doc, re.M)),
     )
 
 
