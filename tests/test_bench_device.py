@@ -80,7 +80,8 @@ def _record(gid="layernorm_benchmark", kind="cpu", ratio=2.0, extra=None, unavai
             "shape": shape, "dtype": "float32" if kind == "cpu" else "bfloat16",
             "bytes": 4 * torch.Size(shape).numel(), "times": times, "copy": 5e-5, "ops": [],
             "threads": 1 if kind == "cpu" else None, "unavailable": unavailable or {}, "notes": [],
-            "y": torch.zeros(shape)}
+            "y": torch.zeros(shape) if kind == "cpu" else torch.zeros(torch.Size(shape)[:-1].numel()),
+            "y_shape": shape}
 
 
 def test_cpu_report_says_these_are_cpu_numbers(capsys):
@@ -109,6 +110,31 @@ def test_a_gpu_record_with_the_cpu_shape_is_refused():
     out["shape"] = list(contract.TB_SHAPE)
     with pytest.raises(CheckFailed, match="expected"):
         bm._judge(out, None, "TransformerBlock", "nn.TransformerEncoderLayer", "transformer_block_benchmark")
+
+
+def test_a_gpu_benchmark_record_fits_the_wire_and_its_output_is_judged_row_by_row():
+    """At the GPU sizes a norm's whole output (16384 x 4096) is over the wire's limit on one record,
+    which failed the course's own solution on an H100: the record carries one number per row
+    (served.reply's projection, drawn on the CPU so any device gives the same), and the judge
+    projects torch's output the same way."""
+    from coursekit.checks import wire
+    gid = "layernorm_benchmark"
+    cfg = bench.bench_config("cuda")
+    shape = list(bm.workload(gid, "cuda")["input"])
+    want = torch.randn(shape)
+    with pytest.raises(wire.WireError, match="too large"):
+        wire.pack_value({"y": want})  # the record's old layout
+    out = _record(gid, "cuda")
+    out["y"] = bm._reply(want.to(torch.bfloat16), cfg)
+    assert out["y"].shape == (torch.Size(shape)[:-1].numel(),)
+    wire.pack_value(out)
+    bm._judge(out, want, "LayerNorm", "torch.nn.LayerNorm", gid)  # bfloat16 rounding passes
+    out["y"] = bm._reply((want * 1.5).to(torch.bfloat16), cfg)
+    with pytest.raises(CheckFailed, match="differs from torch"):
+        bm._judge(out, want, "LayerNorm", "torch.nn.LayerNorm", gid)
+    out["y_shape"] = shape[:-1]
+    with pytest.raises(CheckFailed, match="has shape"):
+        bm._judge(out, want, "LayerNorm", "torch.nn.LayerNorm", gid)
 
 
 def test_format_table_marks_unavailable_rows():

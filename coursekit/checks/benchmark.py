@@ -126,9 +126,22 @@ def _run(grade_id: str, mods: dict, x, student_name: str, forbid=frozenset(), cf
         "ops": sorted(rec.seen & forbid),
         "threads": 1 if device.type == "cpu" else None,
         "unavailable": unavailable,
-        "y": y.detach().float().cpu(),
+        # CPU: the output itself. CUDA: one number per row (served.reply), since the whole output at
+        # the GPU sizes (16384 x 4096) is over the wire's limit on one record (wire.MAX_ELEMENTS)
+        "y": _reply(y.detach(), cfg),
+        "y_shape": list(y.shape),
         "notes": [],  # without the course's solution there is simply no such row: nothing to tell a student
     }
+
+
+#: the seed of the projection that stands for a CUDA output (served.reply): fixed, so the judge
+#: projects torch's output the same way
+REPLY_SEED = 0
+
+
+def _reply(y: torch.Tensor, cfg) -> torch.Tensor:
+    from coursekit.checks.served import reply  # served imports this module
+    return reply(y, REPLY_SEED, cfg) if cfg.kind == "cuda" else y.float().cpu()
 
 
 def robust_ratio(times: dict) -> float:
@@ -163,7 +176,7 @@ TIMED = ("yours", "torch", "course solution", "torch.compile")
 #: the keys of a probe's record (:func:`_run`); ``notes`` and ``unavailable``'s reasons are free-form
 #: text, printed only
 RECORD = {k: ANY for k in ("grade_id", "device", "device_type", "shape", "dtype", "bytes", "times", "copy", "ops",
-                           "threads", "unavailable", "y", "notes")}
+                           "threads", "unavailable", "y", "y_shape", "notes")}
 
 ROUNDS = tuple(REPEAT * (1 + i) for i in range(EXTRA_BATCHES + 1))
 
@@ -208,11 +221,21 @@ def _judge(out: dict, want, what: str, torch_name: str, gid: str, atol=None) -> 
         raise CheckFailed(f"your code calls torch's own {', '.join(out['ops'])}: the benchmark times "
                           "your implementation, so it gives no points for torch's")
     y = expect_tensor(out["y"], what)
-    if want is not None:
+    y_shape = out["y_shape"]
+    if not (isinstance(y_shape, list) and all(type(n) is int for n in y_shape)):
+        raise CheckFailed("the benchmark's result is malformed (y_shape should be a list of ints)")
+    if tuple(y_shape) != tuple(out["shape"]):
+        raise CheckFailed(f"{what} has shape {tuple(y_shape)}, expected {tuple(out['shape'])}")
+    if out["device_type"] == "cuda":
+        if want is not None:  # one number per row on both sides, relative to the reply's size
+            from coursekit.checks.served import expect_reply_close
+            expect_reply_close(y, _reply(want, bench.bench_config("cuda")),
+                               f"{what} on the benchmark input", "cuda")
+    elif want is not None:
         expect_close(y, want, what=f"{what} on the benchmark input", atol=atol, rtol=atol,
                      check_dtype=False)
-    elif tuple(y.shape) != tuple(out["shape"]):
-        raise CheckFailed(f"{what} has shape {tuple(y.shape)}, expected {tuple(out['shape'])}")
+    elif tuple(y.shape) != tuple(y_shape):
+        raise CheckFailed(f"{what}: the output sent has shape {tuple(y.shape)}, not {tuple(y_shape)}")
     rows = bench.summarize(out["times"], out["bytes"], out["copy"], out["device"])
     rs = bench.ratios(out["times"], "yours", "torch")
     ratio = robust_ratio(out["times"])

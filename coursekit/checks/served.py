@@ -140,8 +140,8 @@ def reply(y: torch.Tensor, seed: int, cfg=None) -> torch.Tensor:
     if cfg.kind != "cuda":
         return y
     d = y.shape[-1]
-    g = torch.Generator(device=y.device).manual_seed(int(seed) ^ 0x5EED)
-    v = torch.randn(d, 1, generator=g, device=y.device) / d ** 0.5
+    g = torch.Generator().manual_seed(int(seed) ^ 0x5EED)  # drawn on the CPU: the same vector on any device
+    v = (torch.randn(d, 1, generator=g) / d ** 0.5).to(y.device)
     return (y.reshape(-1, d).float() @ v).reshape(-1).cpu()
 
 
