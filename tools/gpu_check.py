@@ -153,10 +153,40 @@ def norm_cost() -> dict:
     return res
 
 
+def wrong_fixture_benchmark(path: Path) -> dict:
+    """A wrong fixture (``tests/fixtures/wrong``) whose ``loses:`` names a benchmark, run on CUDA:
+    its code, then that benchmark's test cell. It must fail there as on the CPU."""
+    import re
+    import matplotlib
+    matplotlib.use("Agg")
+    code = path.read_text()
+    gids = [g for g in re.search(r"^loses:(.*)$", code, re.M).group(1).split() if g.endswith("_benchmark")]
+    ns: dict = {"__name__": "__main__"}
+    exec("import torch\nfrom torch import nn\nimport torch.nn.functional as F\nfrom coursekit import run", ns)
+    exec(compile(code, str(path), "exec"), ns)
+    out = {}
+    for gid in gids:
+        buf = io.StringIO()
+        t0 = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(buf):
+                ns["run"](gid, ns)
+            out[gid] = {"failed": False}
+        except BaseException as e:  # noqa: BLE001
+            out[gid] = {"failed": True, "message": str(e)[:600]}
+        out[gid].update(seconds=round(time.perf_counter() - t0, 1), printed=buf.getvalue()[-1500:])
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--wrong", action="store_true", help="also the wrong fixtures that must fail a benchmark")
+    ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # a fixture, in a child process
     args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(wrong_fixture_benchmark(args.one)))
+        return 0
     import torch
     if not torch.cuda.is_available():
         print("no CUDA GPU here: this check is for a machine with one", file=sys.stderr)
@@ -183,11 +213,30 @@ def main(argv=None) -> int:
         except Exception:  # noqa: BLE001 -- one part failing keeps the others' figures
             report[name] = {"error": traceback.format_exc()}
         print(name, json.dumps(report[name])[:2000], flush=True)
+    if args.wrong:
+        import subprocess
+        report["wrong"] = {}
+        for fx in sorted((ROOT / "tests" / "fixtures" / "wrong").glob("*/*.py")):
+            if "_benchmark" not in (fx.read_text().split("loses:", 1) + [""])[1].split("\n", 1)[0]:
+                continue
+            try:
+                proc = subprocess.run([sys.executable, "-m", "tools.gpu_check", "--out", str(args.out),
+                                       "--one", str(fx)], capture_output=True, text=True, timeout=150, cwd=ROOT)
+                res = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {
+                    "error": proc.stderr[-1500:]}
+            except subprocess.TimeoutExpired:
+                res = {"error": "over 150 s"}
+            report["wrong"][f"{fx.parent.name}/{fx.stem}"] = res
+            print("wrong", fx.parent.name, fx.stem, json.dumps(
+                {g: (v.get("failed"), v.get("seconds")) for g, v in res.items() if isinstance(v, dict)}
+                if "error" not in res else res)[:600], flush=True)
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1))
     (args.out / "gpu_check.txt").write_text("\n".join(text))
     failed = [f"{a}/{g}" for a, e in report["exercises"].items() for g, t in e["tests"].items()
               if not t["passed"]]
     failed += [f"triton/{c}" for c, v in report.get("triton", {}).get("cases", {}).items() if not v["passed"]]
+    failed += [f"wrong/{k}/{g} passed" for k, r in report.get("wrong", {}).items() for g, v in r.items()
+               if isinstance(v, dict) and v.get("failed") is False]
     print("FAILED:" if failed else "all passed", failed)
     return 1 if failed else 0
 
