@@ -148,6 +148,32 @@ def test_the_cpu_benchmark_says_its_numbers_are_cpu_numbers(capsys):
     assert "these are CPU numbers" in out and "(1024, 256)" in out and "passed backward_benchmark" in out
 
 
+def test_the_gpu_benchmark_judges_the_first_rows_of_grad_x(monkeypatch, capsys):
+    """On CUDA the judge used to skip the gradient check: three wrong backwards passed the benchmark
+    on an H100 (tools.gpu_check --wrong). The judge now draws the inputs again on the device and
+    compares grad_x's first rows in bfloat16's tolerance. Without a GPU: the CUDA inputs are stood
+    in for by the CPU's, in bfloat16."""
+    from coursekit.checks import backward as bk
+    cpu_inputs = bk.bench_inputs
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bk, "bench_inputs", lambda shape, dtype, device="cpu", seed=700:
+                        cpu_inputs(bk.CPU_SHAPE, dtype, "cpu", seed))
+    x, r, w, gy, gh = (t[:4] if t.dim() > 1 else t for t in bk.bench_inputs(None, torch.bfloat16))
+    right = bk.fused_grads_ref(*(t.double() for t in (x, r, w)), 1e-6, gy.double(), gh.double())[0]
+    rounds = [1e-3] * bk.REPEAT
+    record = {"device": "NVIDIA Test GPU", "cuda": True, "shape": list(bk.CUDA_SHAPE), "dtype": "bfloat16",
+              "times": {"yours": rounds, "eager": rounds, "torch.compile(eager)": rounds}, "copy": 1e-4,
+              "ops": [], "notes": [], "grad_x": right.to(torch.bfloat16).float()}
+    bk.BackwardBenchmark.judge(record)
+    assert "CUDA, bfloat16" in capsys.readouterr().out
+    for mistake, wrong in bk.fused_grad_mistakes(*(t.double() for t in (x, r, w)), 1e-6, gy.double(),
+                                                 gh.double()).items():
+        if mistake.startswith("eps is outside"):
+            continue  # eps = 1e-6 beside mean(h**2) ~ 2: under bfloat16's rounding, as in torch's own
+        with pytest.raises(CheckFailed, match="grad_x on the benchmark's first rows"):
+            bk.BackwardBenchmark.judge(dict(record, grad_x=wrong.to(torch.bfloat16).float()))
+
+
 def test_the_benchmark_is_served_by_the_grader_and_a_chain_of_calls_agrees():
     """The autograder times the benchmark from outside the sandbox (coursekit.checks.served):
     ``backward_benchmark`` has a workload there, and the student's chained calls agree with

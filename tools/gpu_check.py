@@ -182,6 +182,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--wrong", action="store_true", help="also the wrong fixtures that must fail a benchmark")
+    ap.add_argument("--only", help="one assignment (e.g. 05_backward): its solution and wrong fixtures, "
+                    "nothing else")
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # a fixture, in a child process
     args = ap.parse_args(argv)
     if args.one:
@@ -200,14 +202,14 @@ def main(argv=None) -> int:
     except ImportError:
         report["triton"] = None
     text = []
-    for sol in sorted((ROOT / "solutions").glob("[0-9]*/*.ipynb")):
+    for sol in sorted((ROOT / "solutions").glob(f"{args.only or '[0-9]*'}/*.ipynb")):
         t0 = time.perf_counter()
         res = run_solution(sol)
         report["exercises"][sol.parent.name] = {"tests": res["tests"],
                                                 "seconds": round(time.perf_counter() - t0, 1)}
         text.append(res["printed"])
         print(sol.parent.name, {g: t["passed"] for g, t in res["tests"].items()}, flush=True)
-    for name, fn in (("triton", triton_checks), ("norm_cost", norm_cost)):
+    for name, fn in () if args.only else (("triton", triton_checks), ("norm_cost", norm_cost)):
         try:
             report[name] = fn()
         except Exception:  # noqa: BLE001 -- one part failing keeps the others' figures
@@ -216,7 +218,7 @@ def main(argv=None) -> int:
     if args.wrong:
         import subprocess
         report["wrong"] = {}
-        for fx in sorted((ROOT / "tests" / "fixtures" / "wrong").glob("*/*.py")):
+        for fx in sorted((ROOT / "tests" / "fixtures" / "wrong").glob(f"{args.only or '*'}/*.py")):
             if "_benchmark" not in (fx.read_text().split("loses:", 1) + [""])[1].split("\n", 1)[0]:
                 continue
             try:
