@@ -297,11 +297,15 @@ def test_ipython_magics_at_the_top_of_an_answer_are_honest(graded):
 @pytest.mark.parametrize("name", CLOCK_CHEATS)
 def test_clock_cheats_do_fool_an_in_process_benchmark(name):
     """The fixtures are real attacks: the notebook's own benchmark (timed in the student's process,
-    as with stock nbgrader) passes them. Run in a subprocess: the fixture patches the clocks."""
+    as with stock nbgrader) passes them. Run in a subprocess: the fixture patches the clocks. Three
+    rounds instead of 21: a per-row loop's real rounds take seconds each, and a faked clock fools
+    three rounds as it fools twenty-one."""
     code = f"""
 import sys
 sys.path.insert(0, {str(ROOT / 'tests')!r})
 from pathlib import Path
+from coursekit.checks import benchmark as bm
+bm.REPEAT, bm.EXTRA_BATCHES, bm.ROUNDS = 3, 0, (3,)
 from notebook_ns import code_ns, outcome
 ns = code_ns("01_layernorm", Path({str(ROOT / 'tests' / 'fixtures' / 'hostile' / (name + '.py'))!r}).read_text())
 print("RESULT", outcome("layernorm_benchmark", ns) or "passed")

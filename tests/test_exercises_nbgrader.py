@@ -1,7 +1,16 @@
-"""Through real ``nbgrader autograde``: solutions earn full marks, released stubs earn zero, and
-every wrong implementation in tests/fixtures/wrong/ loses the points of the test meant for it,
-with a message that names the mistake, and every correct-but-unusual one in tests/fixtures/right/
-earns full marks."""
+"""Through real ``nbgrader autograde``: solutions earn full marks, released stubs earn zero, wrong
+implementations lose the points of the test meant for them, with a message that names the mistake,
+and correct-but-unusual ones earn full marks.
+
+Stock nbgrader runs one notebook at a time in a fresh kernel (about 5 s each here), so it grades a
+sample that exercises every test cell: per assignment the solution, the stub, the first wrong
+version (by name) for each test that wrong versions aim at (their ``loses:`` line's first id), the
+first right version, and the right versions that say something of stock nbgrader. Every fixture,
+wrong or right, is judged in-process through the referee's encoding by test_checks_in_process.py,
+and the course grader grades the right and hostile classes (test_autograder_hostile.py,
+test_grading_verdicts.py); the sample here shows that nbgrader's own machinery gives the same
+verdicts.
+"""
 from __future__ import annotations
 
 import json
@@ -18,8 +27,26 @@ from tools.stock import autograde_stock
 from course.release import ROOT, assignments
 
 WRONG = ROOT / "tests" / "fixtures" / "wrong"
-FIXTURES = fixtures(WRONG)
-RIGHT_FIXTURES = fixtures(ROOT / "tests" / "fixtures" / "right")
+ALL_WRONG = fixtures(WRONG)
+ALL_RIGHT = fixtures(ROOT / "tests" / "fixtures" / "right")
+
+
+def stock_sample(wrong, right):
+    """(wrong, right) fixtures stock nbgrader grades: per assignment, the first wrong version of each
+    test aimed at (``loses[0]``), the first right version, and every right version with a
+    ``stock nbgrader:`` line."""
+    first, firsts = {}, set()
+    for fx in sorted(wrong, key=lambda f: (f.assignment, f.name)):
+        first.setdefault((fx.assignment, fx.loses[0] if fx.loses else None), fx)
+    for fx in sorted(right, key=lambda f: (f.assignment, f.name)):
+        if fx.assignment not in firsts or fx.stock_stderr_costs:
+            firsts.add(fx.assignment)
+            first[(fx.assignment, "right", fx.name)] = fx
+    picked = set(map(id, first.values()))
+    return [f for f in wrong if id(f) in picked], [f for f in right if id(f) in picked]
+
+
+FIXTURES, RIGHT_FIXTURES = stock_sample(ALL_WRONG, ALL_RIGHT)
 
 
 def _kernelspec(fx) -> str | None:
@@ -142,10 +169,20 @@ def test_right_version_earns_full_marks(graded, fx):
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_each_assignment_has_eight_wrong_versions(assignment):
-    mine = [f for f in FIXTURES if f.assignment == assignment]
+    mine = [f for f in ALL_WRONG if f.assignment == assignment]
     assert len(mine) >= 8, f"{assignment} has {len(mine)} wrong-version fixtures; keep at least 8"
 
 
 def test_wrong_versions_belong_to_real_assignments():
-    stray = {f.assignment for f in FIXTURES} - set(ASSIGNMENTS)
+    stray = {f.assignment for f in ALL_WRONG + ALL_RIGHT} - set(ASSIGNMENTS)
     assert not stray, f"fixtures for unknown assignments: {stray}"
+
+
+def test_the_stock_sample_aims_at_every_test_the_wrong_versions_aim_at():
+    """Each test cell that some wrong version is meant to fail is failed through stock nbgrader by
+    one of the sample, and each assignment has a right version there."""
+    aimed = {(f.assignment, f.loses[0]) for f in ALL_WRONG if f.loses}
+    assert {(f.assignment, f.loses[0]) for f in FIXTURES} == aimed
+    assert {f.assignment for f in RIGHT_FIXTURES} == {f.assignment for f in ALL_RIGHT}
+    assert any(f.stock_stderr_costs for f in RIGHT_FIXTURES)
+    assert len(FIXTURES) < len(ALL_WRONG)
