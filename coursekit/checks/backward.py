@@ -1140,7 +1140,7 @@ class BackwardBenchmark:
             raise CheckFailed(f"your code calls torch's own {', '.join(out['ops'])}: the benchmark times your "
                               "implementation, so it gives no points for torch's")
         # the first rows of grad_x against float64 autograd on the same inputs (on CUDA, drawn again
-        # on the GPU from the same seed, in bfloat16: the tolerance of backward_half_precision)
+        # on the GPU from the same seed, in bfloat16: the half-precision gradient test's tolerance)
         if cuda and not torch.cuda.is_available():
             raise CheckFailed("the benchmark's result says it ran on CUDA, but there is no CUDA device here "
                               "to check its gradients")
