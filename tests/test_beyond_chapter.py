@@ -258,3 +258,22 @@ def test_ngpt_trains_through_the_chapters_loop():
     assert isinstance(rec["model"], by.NGPT)
     assert rec["evals"][-1][1] < rec["evals"][0][1] - 0.3
     torch.testing.assert_close(rec["model"].head.weight.norm(dim=1), torch.ones(len(chars)))
+
+
+def test_the_recorded_largest_logit_leaves_out_masked_future_positions():
+    """The plotted largest attention logit is one a query sees: a huge logit with a future key,
+    which the causal mask removes, must not be recorded."""
+    from book.experiments import beyond as by
+    torch.manual_seed(0)
+    attn = by.Attention(by.Config(vocab=10, width=8, heads=1))
+    x = torch.zeros(1, 3, 8)
+    x[0, 0, 0] = 1.0   # query of position 0
+    x[0, 2, 1] = 1.0   # key of position 2: in position 0's future
+    with torch.no_grad():
+        w = torch.zeros(24, 8)
+        w[0, 0] = 100.0   # q = 100 * x[0] for position 0
+        w[8, 1] = 100.0   # k = 100 * x[1] for position 2
+        attn.qkv.weight.copy_(w)
+    full = (100.0 * 100.0) / math.sqrt(8)  # the future logit, q(0) . k(2) / sqrt(d_h)
+    attn(x)
+    assert attn.max_logit < 1.0 < full, attn.max_logit

@@ -89,8 +89,9 @@ class Attention(nn.Module):
             q = F.rms_norm(q, (q.shape[-1],), self.q_gain, eps=1e-6)
             k = F.rms_norm(k, (k.shape[-1],), self.k_gain, eps=1e-6)
         logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [B, heads, T, T]
-        self.max_logit = logits.detach().abs().max().item()
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        # the largest logit a query actually sees: future positions are masked out below
+        self.max_logit = logits.detach().masked_fill(mask, 0.0).abs().max().item()
         att = logits.masked_fill(mask, float("-inf")).softmax(-1)
         return self.proj((att @ v).transpose(1, 2).reshape(B, T, D))
 
@@ -178,8 +179,8 @@ class NAttention(nn.Module):
         q, k, v = self.qkv(h).view(B, T, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
         q, k = unit(q) * self.s_qk(), unit(k) * self.s_qk()
         logits = q @ k.transpose(-2, -1) * math.sqrt(q.shape[-1])
-        self.max_logit = logits.detach().abs().max().item()
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        self.max_logit = logits.detach().masked_fill(mask, 0.0).abs().max().item()  # unmasked logits only
         att = logits.masked_fill(mask, float("-inf")).softmax(-1)
         return self.proj((att @ v).transpose(1, 2).reshape(B, T, D))
 

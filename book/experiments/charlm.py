@@ -55,6 +55,22 @@ def corpus() -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     return train, held, vocab
 
 
+def ngram_loss(train: torch.Tensor, held: torch.Tensor, n: int, vocab: int, k: float = 0.1) -> float:
+    """Held-out cross-entropy (nats per character) of a count model of order ``n``: each character
+    predicted from the ``n - 1`` before it, p = (count(context, c) + k) / (count(context) + k V),
+    counted on ``train`` (add-k smoothing; a context never seen gives the uniform guess). The
+    baselines a character model must beat before a comparison of its designs means anything."""
+    def index(ids: torch.Tensor) -> torch.Tensor:  # one integer per n-gram: its characters in base V
+        m = len(ids) - n + 1
+        ix = torch.zeros(m, dtype=torch.long)
+        for j in range(n):
+            ix = ix * vocab + ids[j:j + m]
+        return ix
+    counts = torch.bincount(index(train), minlength=vocab ** n).double().reshape(-1, vocab) + k
+    logp = counts.log() - counts.sum(1, keepdim=True).log()  # log p(c | context), one row a context
+    return float(-logp.reshape(-1)[index(held)].mean())
+
+
 def batch(ids: torch.Tensor, gen: torch.Generator, size: int, ctx: int) -> torch.Tensor:
     """``size`` random windows of ``ctx + 1`` characters: [size, ctx + 1]."""
     start = torch.randint(0, len(ids) - ctx - 1, (size,), generator=gen)
