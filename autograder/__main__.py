@@ -220,6 +220,11 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)  # only now: an error exit leaves no empty folder behind
     n = len(outcomes)
     fresh = outcomes
+    nonb = sorted({o.student_id for o in outcomes if o.status == "no-notebook"})
+    if nonb:
+        print(f"{len(nonb)} student{'s' if len(nonb) != 1 else ''} handed in no notebook of the assignment "
+              f"(status no-notebook, the row names what was handed in): {', '.join(nonb[:10])}"
+              + (", ..." if len(nonb) > 10 else ""), file=sys.stderr)
     if before is not None:
         outcomes, fresh, kept = results.merge(before, outcomes)
         if kept:

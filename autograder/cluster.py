@@ -50,7 +50,8 @@ GRADER = Path(__file__).resolve().parent
 RETRIES = 1
 #: seconds a worker gets to answer the first check (its first import of torch, a sandbox started)
 CHECK_S = 300.0
-STATUSES = {"graded", "timeout", "crashed", "unreadable", "missing", "unknown-assignment", "error"}
+STATUSES = {"graded", "timeout", "crashed", "unreadable", "missing", "no-notebook", "unknown-assignment",
+            "error"}
 
 
 class ClusterError(RuntimeError):
@@ -394,7 +395,7 @@ def grade_on_cluster(src: Path, *, scheduler: str, limits: Limits | None = None,
                 bar.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    outcomes = _fill_class(outcomes, course)
+    outcomes = _fill_class(outcomes, course, assignments)
     return sorted(outcomes, key=lambda o: (o.student_id, o.assignment))
 
 

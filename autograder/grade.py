@@ -31,7 +31,7 @@ from pathlib import Path
 
 from autograder.intake import plan as planmod
 from autograder.referee import protocol
-from autograder.intake.ingest import Catalog, Entry, InputError, _grade_ids, discover
+from autograder.intake.ingest import Catalog, Entry, InputError, _grade_ids, class_assignments, discover, settle
 from autograder.referee.judge import judge_records
 from autograder.report.outcome import Outcome, TestResult, check_for as _check
 from autograder.referee.clock import measure, served_device
@@ -50,7 +50,9 @@ LATE_NOTE = "handed in late (the LMS marked the file _LATE_)"
 
 def select(entries: list[Entry], catalog: Catalog, assignments=None, check_only: bool = False) -> list[Entry]:
     """The entries to grade: only ``assignments`` when given (``--assignment``; an unknown name is
-    an :class:`InputError`), each late one noted as such. ``check_only``: only check the names."""
+    an :class:`InputError`), each late one noted as such, and a ``no-notebook`` row for each
+    student without a notebook of the class's assignments (:func:`autograder.intake.ingest.settle`).
+    ``check_only``: only check the names."""
     if assignments:
         unknown = sorted(set(assignments) - set(catalog.notebooks))
         if unknown:
@@ -58,9 +60,9 @@ def select(entries: list[Entry], catalog: Catalog, assignments=None, check_only:
                              f"(known: {', '.join(catalog.assignments)})")
         if check_only:
             return entries
-        entries = [e for e in entries if e.assignment in set(assignments)]
-        if not entries:
+        if not any(e.assignment in set(assignments) for e in entries):
             raise InputError(f"nothing was handed in for {', '.join(sorted(assignments))}")
+    entries = settle(entries, catalog, assignments)
     for e in entries:
         if e.path is not None and CANVAS_LATE.match(e.path.name) and LATE_NOTE not in e.notes:
             e.notes.append(LATE_NOTE)
@@ -113,6 +115,9 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     """``draw``: the hidden checks' inputs for this submission (:func:`autograder.referee.calls.draw_for`;
     by default from the course's secret and the handed-in file)."""
     o = Outcome(entry.student_id, entry.assignment, entry.student_name, notes=list(entry.notes))
+    if entry.handed is not None and entry.assignment not in course.catalog.notebooks:  # nothing to grade against
+        o.status, o.message = "no-notebook", "; ".join(entry.notes)
+        return o
     if entry.assignment not in course.catalog.notebooks:
         o.status = "unknown-assignment"
         o.message = "; ".join(entry.notes) or f"unknown assignment {entry.assignment}"
@@ -128,6 +133,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
                               message) for t in tests]
         return o
 
+    if entry.path is None and entry.handed is not None:  # files, none a notebook of this assignment
+        return zero("no-notebook", "; ".join(entry.notes))
     if entry.path is None:
         return zero("missing", "; ".join(entry.notes) or "nothing was submitted")
     o.handed_in = entry.filename or entry.path.name
@@ -291,15 +298,21 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
             bar.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    outcomes = _fill_class(outcomes, course)
+    outcomes = _fill_class(outcomes, course, assignments)
     return sorted(outcomes, key=lambda o: (o.student_id, o.assignment))
 
 
-def _fill_class(outcomes: list[Outcome], course: Course) -> list[Outcome]:
-    """A row for every student and every assignment handed in by anyone: 'not submitted' rows."""
+def _fill_class(outcomes: list[Outcome], course: Course, wanted=None) -> list[Outcome]:
+    """A row for every student and every assignment graded for the class: 'not submitted' rows.
+    Those are the assignments of the rows (``wanted``: --assignment was given), else the ones at
+    least two students handed in (:func:`autograder.intake.ingest.class_assignments`): one
+    student's stray notebook of another assignment is graded in its own row, not given to everyone."""
     students = {o.student_id: o.student_name for o in outcomes}
     seen = {(o.student_id, o.assignment) for o in outcomes}
-    assignments = sorted({o.assignment for o in outcomes if o.assignment in course.catalog.notebooks})
+    present = {o.assignment for o in outcomes if o.assignment in course.catalog.notebooks}
+    assignments = sorted(present) if wanted else class_assignments(
+        {(o.student_id, o.assignment) for o in outcomes
+         if o.assignment in present and o.status not in ("missing", "no-notebook")}, present)
     for s, name in students.items():
         for a in assignments:
             if (s, a) not in seen:

@@ -289,3 +289,106 @@ def test_an_empty_later_lms_resubmission_never_replaces_a_readable_one(tmp_path)
     assert any("the later ann_11_2_layernorm-2.ipynb is not a readable notebook" in n for n in e[("11", A)].notes)
     assert e[("22", A)].path.name == "bob_22_4_layernorm-2.ipynb"
     assert any(n.startswith("resubmitted: graded bob_22_4") for n in e[("22", A)].notes), e[("22", A)].notes
+
+
+# --- 4. students whose download holds no notebook of the assignment --------------------------------
+
+B = "02_rmsnorm"
+NAME_B, RELEASE_B = release_dict(B)
+STUB_B = json.dumps(RELEASE_B).encode()
+
+
+class _NoUtf8Flag(zipfile.ZipInfo):
+    """An entry whose name is stored as UTF-8 bytes without the UTF-8 flag (Windows' Send to
+    compressed folder, some LMS exports): zipfile alone reads it as cp437."""
+
+    def _encodeFilenameFlags(self):
+        return self.filename.encode("utf-8"), self.flag_bits & ~0x800
+
+
+def _canvas_class(path: Path) -> Path:
+    """A Canvas download of 6 students: ann, bob, cat hand in 01; dan only notes.txt; eve only
+    02's notebook (a stray); zoë 01, her name stored without the UTF-8 flag."""
+    with zipfile.ZipFile(path, "w") as zf:
+        for s, i in (("ann", 11), ("bob", 22), ("cat", 33)):
+            zf.writestr(f"{s}_{i}_{i}0_{NAME}", STUB)
+        zf.writestr("dan_44_440_notes.txt", b"I could not finish")
+        zf.writestr(f"eve_55_550_{NAME_B}", STUB_B)
+        zf.writestr(_NoUtf8Flag(f"zoë_66_660_{NAME}"), STUB)
+    return path
+
+
+@pytest.fixture(scope="module")
+def canvas_graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("nonb")
+    proc, rows = _grade(_canvas_class(tmp / "canvas.zip"), tmp / "out")
+    return {"proc": proc, "rows": {(r["student_id"], r["assignment"]): r for r in rows},
+            "report": (tmp / "out" / "report.html").read_text() if (tmp / "out" / "report.html").exists() else ""}
+
+
+def test_a_canvas_student_who_handed_in_only_a_text_file_gets_a_no_notebook_row_naming_it(canvas_graded):
+    assert canvas_graded["proc"].returncode == 0, canvas_graded["proc"].stderr[-3000:]
+    dan = canvas_graded["rows"].get(("44", A))
+    assert dan is not None, sorted(canvas_graded["rows"])
+    assert (dan["status"], dan["student_name"], dan["score"]) == ("no-notebook", "dan", "0"), dan
+    assert "notes.txt" in dan["message"], dan
+    assert "<td>4 / 6</td>" in canvas_graded["report"]  # every student counted, 4 notebooks of 01 graded
+
+
+def test_one_stray_notebook_of_another_assignment_is_not_given_to_the_whole_class(canvas_graded):
+    rows = canvas_graded["rows"]
+    assert canvas_graded["proc"].returncode == 0, canvas_graded["proc"].stderr[-3000:]
+    assert {a for s, a in rows if s != "55"} == {A}, sorted(rows)  # no "not submitted" 02 rows for others
+    assert rows[("55", B)]["status"] == "graded"  # eve's own notebook is still graded, in its own row
+    eve = rows[("55", A)]
+    assert eve["status"] == "no-notebook" and eve["message"] != "not submitted", eve
+    assert f"{NAME_B} ({B}'s notebook" in eve["message"], eve
+
+
+def test_zip_names_without_the_utf8_flag_are_read_as_utf8(tmp_path):
+    e = _by(discover(_canvas_class(tmp_path / "canvas.zip"), CAT, tmp_path / "s"))
+    assert e[("66", A)].student_name == "zoë", e[("66", A)].student_name
+
+    class Cp437(zipfile.ZipInfo):  # an old tool's name in cp437 (not UTF-8 bytes): read as cp437 still
+        def _encodeFilenameFlags(self):
+            return self.filename.encode("cp437"), self.flag_bits & ~0x800
+
+    with zipfile.ZipFile(tmp_path / "old.zip", "w") as zf:
+        zf.writestr(Cp437(f"José/{A}/{NAME}"), STUB)
+        zf.writestr(f"ann/{A}/{NAME}", STUB)
+    e = _by(discover(tmp_path / "old.zip", CAT, tmp_path / "s2"))
+    assert ("José", A) in e, sorted(e)
+
+
+def test_with_assignment_a_student_who_handed_in_another_exercises_notebook_gets_a_row_naming_it(tmp_path):
+    from autograder.grade import select
+    entries = select(discover(_canvas_class(tmp_path / "canvas.zip"), CAT, tmp_path / "s"), CAT, [A])
+    e = _by(entries)
+    assert sorted(s for s, _ in e) == ["11", "22", "33", "44", "55", "66"], sorted(e)
+    assert {a for _, a in e} == {A}
+    eve = e[("55", A)]
+    assert eve.path is None and eve.handed is not None, eve
+    assert any(f"{NAME_B} ({B}'s notebook, not graded" in n for n in eve.notes), eve.notes
+    assert any("notes.txt" in n for n in e[("44", A)].notes), e[("44", A)].notes
+
+
+def test_moodle_and_folder_students_without_a_notebook_get_a_row_naming_their_files(tmp_path):
+    """Moodle: a folder holding only report.pdf; nbgrader's layout: an assignment folder holding
+    only notes.txt, and a student folder holding only a file."""
+    from autograder.grade import select
+    z = _zip(tmp_path / "moodle.zip", {
+        f"Ann Lee_1_assignsubmission_file_/{NAME}": STUB,
+        f"Bob Ray_2_assignsubmission_file_/{NAME}": STUB,
+        "Dan Roe_4_assignsubmission_file_/report.pdf": b"%PDF-1.4",
+    })
+    e = _by(select(discover(z, CAT, tmp_path / "s"), CAT))
+    assert sorted(e) == [("1", A), ("2", A), ("4", A)], sorted(e)
+    assert e[("4", A)].student_name == "Dan Roe" and e[("4", A)].handed == ["report.pdf"]
+    root = tmp_path / "class"
+    for rel, data in {f"ann/{A}/{NAME}": STUB, f"bob/{A}/{NAME}": STUB, f"cat/{A}/notes.txt": b"x",
+                      "dan/answers.py": b"x = 1"}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    e = _by(select(discover(root, CAT, tmp_path / "s2"), CAT))
+    assert sorted(e) == [("ann", A), ("bob", A), ("cat", A), ("dan", A)], sorted(e)
+    assert e[("cat", A)].handed == [f"{A}/notes.txt"] and e[("dan", A)].handed == ["answers.py"]

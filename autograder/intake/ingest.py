@@ -43,6 +43,12 @@ LAYOUTS = ("expected <student_id>/<assignment>/<notebook>.ipynb folders (nbgrade
            "Canvas files <name>_<id>_<submission>_<file>.ipynb, Moodle folders "
            "<Full Name>_<id>_assignsubmission_file_/, a .zip of one of these, or one .ipynb")
 UNKNOWN = "\0unknown"  # the raw id of files nobody can be told from (never a real name: it holds NUL)
+#: the assignment of a placeholder entry: a student whose download holds no notebook (only other
+#: files, or nothing); :func:`settle` turns it into ``no-notebook`` rows of the class's assignments
+NO_NOTEBOOK = "(no notebook)"
+#: an assignment is graded for the whole class (a row for every student, "not submitted" when
+#: absent) when this many students handed in its notebook, or --assignment names it (:func:`settle`)
+CLASS_MIN_STUDENTS = 2
 
 
 class InputError(Exception):
@@ -60,6 +66,7 @@ class Entry:
     notes: list[str] = field(default_factory=list)
     rank: tuple = (0, 0.0)  # resubmission order: (suffix number, mtime)
     filename: str = ""  # the name the student gave the file (an LMS prefixes its own); default path's
+    handed: list[str] | None = None  # a ``no-notebook`` row: the files the student handed in instead
 
 
 def _cut(s: str, limit: int) -> str:
@@ -102,7 +109,7 @@ def extract_zip(zpath: Path, dest: Path) -> list[tuple[list[str], str]]:
         if sum(i.file_size for i in infos) > MAX_ZIP_BYTES:
             raise InputError(f"{zpath} unpacks to more than {MAX_ZIP_BYTES >> 30} GB")
         for info in infos:
-            name = info.filename.replace("\\", "/")
+            name = _zip_name(info).replace("\\", "/")
             parts = [p for p in name.split("/") if p not in ("", ".")]
             if not parts or ".." in parts or name.startswith("/") or parts[0].startswith("__MACOSX"):
                 continue
@@ -134,6 +141,17 @@ def extract_zip(zpath: Path, dest: Path) -> list[tuple[list[str], str]]:
                         target.unlink()
                     skipped.append((parts, f"it could not be extracted ({e.strerror or e})"))
     return skipped
+
+
+def _zip_name(info: zipfile.ZipInfo) -> str:
+    """The entry's name: without the UTF-8 flag, zipfile reads it as cp437, but most tools that
+    leave the flag out (Windows' Send to zip, some LMS exports) wrote UTF-8: tried first."""
+    if info.flag_bits & 0x800:
+        return info.filename
+    try:
+        return info.filename.encode("cp437").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return info.filename
 
 
 def _cells(path: Path) -> list | None:
@@ -242,6 +260,10 @@ def discover(src: Path, catalog: Catalog, scratch: Path) -> list[Entry]:
         if p.is_dir() and m:
             for f in sorted(p.rglob("*.ipynb")):
                 entries.append(_lms_entry(f, m.group("uid"), m.group("name"), catalog))
+            others = [f.relative_to(p).as_posix() for f in sorted(p.rglob("*"))
+                      if f.is_file() and f.suffix.lower() != ".ipynb"]
+            entries.append(Entry(m.group("uid"), NO_NOTEBOOK, None, m.group("name").replace("_", " "),
+                                 handed=others))
         elif p.is_dir():
             entries.extend(_student_folder(p, catalog))
         elif p.suffix.lower() == ".ipynb":
@@ -252,11 +274,15 @@ def discover(src: Path, catalog: Catalog, scratch: Path) -> list[Entry]:
                 entries.append(Entry(UNKNOWN, "(unknown)", None,
                                      notes=[f"{p.name}: cannot tell whose notebook this is "
                                             "(not in a student folder, no LMS file name)"]))
+        elif p.is_file() and CANVAS.match(p.name):  # a Canvas upload that is not a notebook
+            c = CANVAS.match(p.name)
+            entries.append(Entry(c.group("uid"), NO_NOTEBOOK, None, c.group("name").replace("_", " "),
+                                 handed=[c.group("orig")]))
     prefix = list(src.relative_to(root).parts)
     for parts, why in skipped:
         rel = parts[len(prefix):] if parts[:len(prefix)] == prefix else []
         _attach(entries, _skipped_entry(rel, "/".join(parts), why, catalog, _is_dir(src, rel)))
-    if not entries:
+    if all(e.assignment == NO_NOTEBOOK for e in entries):
         raise InputError(f"no submissions found in {given}: {LAYOUTS}")
     return _latest(_assign_ids(entries))
 
@@ -378,13 +404,23 @@ def _student_folder(d: Path, catalog: Catalog) -> list[Entry]:
             pick, notes = _pick(nbs, a, want, catalog)
             out.append(Entry(sid, a, pick, notes=notes))
         else:
-            out.append(Entry(sid, a, None, notes=[f"the notebook {want} is missing from the submission"]))
+            others = [f"{a}/{f.relative_to(sub).as_posix()}" for f in sorted(sub.rglob("*"))
+                      if f.is_file() and not f.name.startswith(".")]
+            if others:  # files, none a notebook: a no-notebook row naming them
+                out.append(Entry(sid, a, None, handed=others, notes=[
+                    f"no notebook of {a} ({want}): handed in {', '.join(map(_shown, others))}"]))
+            else:
+                out.append(Entry(sid, a, None, notes=[f"the notebook {want} is missing from the submission"]))
     for f in sorted(d.glob("*.ipynb")):  # a notebook dropped directly in the student's folder
         a, n = catalog.by_name(f.name)
         a = a or catalog.by_content(f)
         if a and not any(e.assignment == a for e in out):
             out.append(Entry(sid, a, f, notes=[f"{f.name} was not inside an {a}/ folder; graded it anyway"],
                              rank=(n, f.stat().st_mtime)))
+    if not out and "_assignsubmission_" not in d.name:  # (Moodle's online-text folders are not students)
+        others = [f.relative_to(d).as_posix() for f in sorted(d.rglob("*"))
+                  if f.is_file() and not any(x.startswith(".") for x in f.relative_to(d).parts)]
+        out.append(Entry(sid, NO_NOTEBOOK, None, handed=others))
     return out
 
 
@@ -460,5 +496,76 @@ def _latest(entries: list[Entry]) -> list[Entry]:
                 keep.notes.append(f"graded {keep.path.name}: the later {drop.path.name} is not a readable notebook")
         if drop.path is None:
             keep.notes.extend(n for n in drop.notes if n not in keep.notes)
+            if drop.handed is not None:
+                keep.handed = sorted(set(keep.handed or []) | set(drop.handed))
         best[key] = keep
     return list(best.values())
+
+
+def class_assignments(handed: set, present: set) -> list[str]:
+    """The assignments graded for the whole class, from ``handed`` (the (student, assignment) pairs
+    of notebooks handed in) and ``present`` (every assignment with a row): those at least
+    :data:`CLASS_MIN_STUDENTS` students handed in; when none is, every one present (a class of one
+    or two, or one assignment each: nothing tells a stray notebook from the class's work)."""
+    count: dict = {}
+    for _, a in handed:
+        count[a] = count.get(a, 0) + 1
+    return sorted(a for a, n in count.items() if n >= CLASS_MIN_STUDENTS) or sorted(present)
+
+
+def _what(e: Entry, catalog: Catalog, wanted) -> str:
+    """How a no-notebook row names a file its student handed in."""
+    name = e.filename or (e.path.name if e.path is not None else "")
+    if e.assignment in catalog.notebooks:
+        how = ("not graded: only --assignment " + ", ".join(sorted(wanted)) + " is") if wanted else \
+            "graded in its own row"
+        return f"{name} ({e.assignment}'s notebook, {how})"
+    return f"{name} (not a notebook of this course)" if name else ""
+
+
+def settle(entries: list[Entry], catalog: Catalog, wanted=None) -> list[Entry]:
+    """Every student of the input gets a row of each assignment graded for the class.
+
+    ``wanted``: the assignments asked for (``--assignment``), else :func:`class_assignments`. An
+    entry of another assignment is dropped with ``wanted``, kept (graded, its own row) without. A
+    student with no notebook of any of those assignments (only other files, another assignment's
+    notebook, or nothing) gets a ``no-notebook`` row for each, naming what was handed in; the
+    placeholders of students who have a row are dropped (their other files are ignored, as before).
+    """
+    real = [e for e in entries if e.assignment != NO_NOTEBOOK]
+    course = [e for e in real if e.assignment in catalog.notebooks]
+    if wanted:
+        wanted = set(wanted)
+        ours = sorted(wanted)
+    else:
+        ours = class_assignments({(e.student_id, e.assignment) for e in course if e.path is not None},
+                                 {e.assignment for e in course})
+    keep = [e for e in real if not wanted or e.assignment in wanted]
+    covered = {e.student_id for e in keep if e.assignment in ours}
+    order, files = [], {}
+    for e in entries:
+        if e.student_id not in files:
+            order.append(e)
+            files[e.student_id] = []
+        if e.assignment == NO_NOTEBOOK:
+            files[e.student_id].extend(e.handed or [])
+        elif e.path is not None or e.filename:
+            files[e.student_id].append(_what(e, catalog, wanted))
+    for first in order:
+        sid = first.student_id
+        if sid in covered or sid == "unknown":
+            continue
+        mine = [e for e in entries if e.student_id == sid]
+        if not wanted and any(e.assignment not in catalog.notebooks and e.assignment != NO_NOTEBOOK
+                              for e in mine) and not ours:
+            continue  # its rows say what is wrong (unknown assignment), and nothing is graded for the class
+        names = [f for f in files[sid] if f]
+        name = next((e.student_name for e in mine if e.student_name), "")
+        notes = [n for e in mine if e.path is None for n in e.notes]
+        for a in ours or [NO_NOTEBOOK]:
+            what = (f"handed in {', '.join(_shown(n) for n in names)}" if names
+                    else "the submission holds no files")
+            head = f"no notebook of {a} ({catalog.notebooks[a]}): " if a in catalog.notebooks else "no notebook: "
+            keep.append(Entry(sid, a, None, name, notes=[head + what] + [n for n in notes if n not in what],
+                              handed=names))
+    return keep

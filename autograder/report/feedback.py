@@ -24,6 +24,7 @@ import jinja2
 
 from autograder.referee.protocol import bound_cell_errors
 
+NOT_HANDED_IN = ("missing", "no-notebook")  # rows without a notebook graded: not "submitted"
 STATUS_TEXT = {
     "graded": "graded",
     "timeout": "stopped: time limit",
@@ -31,6 +32,7 @@ STATUS_TEXT = {
     "memory": "stopped: memory limit",
     "unreadable": "could not be read",
     "missing": "not submitted",
+    "no-notebook": "no notebook handed in",
     "unknown-assignment": "unknown assignment",
     "error": "grader error",
 }
@@ -106,7 +108,7 @@ def report_html(outcomes) -> str:
     # At a glance: one row per assignment.
     glance = []
     for a, os_ in sorted(by_a.items()):
-        sub = [o for o in os_ if o.status != "missing"]
+        sub = [o for o in os_ if o.status not in NOT_HANDED_IN]
         st = Counter(o.status for o in os_ if o.status != "graded")
         st.update("another assignment's notebook" for o in os_ if getattr(o, "other_assignment", ""))
         glance.append({"assignment": a, "submitted": len(sub), "rows": len(os_),
@@ -131,7 +133,7 @@ def report_html(outcomes) -> str:
 
         rates = []
         for a, os_ in sorted(by_a.items()):
-            sub = [o for o in os_ if o.status != "missing"]
+            sub = [o for o in os_ if o.status not in NOT_HANDED_IN]
             for i, t in enumerate(sub[0].tests if sub else []):
                 got = [o.tests[i].passed for o in sub if i < len(o.tests)]
                 rates.append((f"{a}: {t.grade_id}", sum(got) / max(1, len(got))))
@@ -149,7 +151,7 @@ def report_html(outcomes) -> str:
     groups = Counter()
     example, tests_of = {}, defaultdict(list)
     for o in outcomes:
-        if o.status in ("missing",):
+        if o.status in NOT_HANDED_IN:
             continue
         mine = {}
         for t in o.tests:
