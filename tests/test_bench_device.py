@@ -135,6 +135,10 @@ def test_a_gpu_benchmark_record_fits_the_wire_and_its_output_is_judged_row_by_ro
     out["y_shape"] = shape[:-1]
     with pytest.raises(CheckFailed, match="has shape"):
         bm._judge(out, want, "LayerNorm", "torch.nn.LayerNorm", gid)
+    tb = _record("transformer_block_benchmark", "cuda")  # no output to compare: one number per row still
+    tb["y"] = torch.zeros(3)
+    with pytest.raises(CheckFailed, match="one number per row"):
+        bm._judge(tb, None, "TransformerBlock", "nn.TransformerEncoderLayer", "transformer_block_benchmark")
 
 
 def test_format_table_marks_unavailable_rows():

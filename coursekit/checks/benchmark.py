@@ -227,6 +227,10 @@ def _judge(out: dict, want, what: str, torch_name: str, gid: str, atol=None) -> 
     if tuple(y_shape) != tuple(out["shape"]):
         raise CheckFailed(f"{what} has shape {tuple(y_shape)}, expected {tuple(out['shape'])}")
     if out["device_type"] == "cuda":
+        rows = torch.Size(y_shape[:-1]).numel()
+        if tuple(y.shape) != (rows,):
+            raise CheckFailed(f"{what}: the output sent has shape {tuple(y.shape)}, expected one number per "
+                              f"row ({rows},)")
         if want is not None:  # one number per row on both sides, relative to the reply's size
             from coursekit.checks.served import expect_reply_close
             expect_reply_close(y, _reply(want, bench.bench_config("cuda")),
