@@ -115,13 +115,18 @@ def _ratio(o) -> float:
 
 
 @needs_cgroups
-def test_raising_the_thread_count_buys_no_better_benchmark_ratio(graded):
-    """Both rows are the reference answer; one sets torch.set_num_threads(8). Under the 1-core quota
-    of its cgroup, its ratio (its time over torch's single-threaded time, lower is faster) is no
-    better than the one-thread row's, within the benchmark's own noise (15%)."""
-    threads, one = _ratio(graded["rows"]["c-threads"]), _ratio(graded["rows"]["d-one-thread"])
+def test_raising_the_thread_count_changes_no_grade(graded):
+    """Both rows are the reference answer; one sets torch.set_num_threads(8). They get the same grade,
+    every test passed, the benchmark timed by the grader for both. That the 8 threads buy no CPU is
+    the cgroup's 1-core quota (test_threads_get_one_core_of_cpu_time_per_wall_second, measured in CPU
+    seconds); the two rows' timing ratios are printed, not compared: single timings of two rows
+    graded minutes apart on a shared machine differ by more than any threshold a test could keep
+    (2.03 against 3.29 once, with the 8-thread row the faster, under a book build beside it)."""
+    c, d = graded["rows"]["c-threads"], graded["rows"]["d-one-thread"]
+    threads, one = _ratio(c), _ratio(d)
     print(f"ratio with 8 threads {threads:.3f}, with 1 thread {one:.3f}")
-    assert threads >= 0.85 * one, (threads, one)
+    assert (c.score, c.max_score) == (d.score, d.max_score) and c.score == c.max_score, (c.message, d.message)
+    assert [t.passed for t in c.tests] == [t.passed for t in d.tests]
 
 
 @needs_cgroups

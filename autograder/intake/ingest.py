@@ -258,12 +258,13 @@ def discover(src: Path, catalog: Catalog, scratch: Path) -> list[Entry]:
     for p in sorted(top):
         m = MOODLE.match(p.name) if p.is_dir() else None
         if p.is_dir() and m:
-            for f in sorted(p.rglob("*.ipynb")):
+            nbs = sorted(p.rglob("*.ipynb"))
+            for f in nbs:
                 entries.append(_lms_entry(f, m.group("uid"), m.group("name"), catalog))
-            others = [f.relative_to(p).as_posix() for f in sorted(p.rglob("*"))
-                      if f.is_file() and f.suffix.lower() != ".ipynb"]
-            entries.append(Entry(m.group("uid"), NO_NOTEBOOK, None, m.group("name").replace("_", " "),
-                                 handed=others))
+            if not nbs:  # a student whose folder holds no notebook: a placeholder naming the files
+                others = [f.relative_to(p).as_posix() for f in sorted(p.rglob("*")) if f.is_file()]
+                entries.append(Entry(m.group("uid"), NO_NOTEBOOK, None, m.group("name").replace("_", " "),
+                                     handed=others))
         elif p.is_dir():
             entries.extend(_student_folder(p, catalog))
         elif p.suffix.lower() == ".ipynb":
