@@ -46,7 +46,7 @@ def test_cuda_config_is_bfloat16_at_transformer_sizes_with_compile():
 
 
 def test_every_benchmark_has_a_workload_per_device():
-    for gid in bm.LIMITS:
+    for gid in bm.TYPICAL:
         assert bm.workload(gid, "cpu")["input"] == bm.SHAPES[gid]  # the CPU sizes are unchanged
         assert bm.workload(gid, "cuda") == contract.BENCH_SIZES["cuda"][bm.WORKLOAD[gid]]
 
@@ -71,9 +71,11 @@ def test_cpu_inputs_are_the_ones_before_the_gpu_path():
     assert torch.equal(sv.SERVED["layernorm_benchmark"].x(3, bench.bench_config("cpu")), before)
 
 
+from test_bench import work  # noqa: E402 -- the count records, one place
+
 # -- the report ---------------------------------------------------------------------------------
 
-def _record(gid="layernorm_benchmark", kind="cpu", ratio=2.0, extra=None, unavailable=None):
+def _record(gid="layernorm_benchmark", kind="cpu", ratio=2.0, extra=None, unavailable=None, per_item=0):
     shape = list(bm.workload(gid, kind)["input"])
     times = {"yours": [ratio * 1e-4] * bm.REPEAT, "torch": [1e-4] * bm.REPEAT, **(extra or {})}
     return {"grade_id": gid, "device": "cpu" if kind == "cpu" else "NVIDIA Test GPU", "device_type": kind,
@@ -81,7 +83,7 @@ def _record(gid="layernorm_benchmark", kind="cpu", ratio=2.0, extra=None, unavai
             "bytes": 4 * torch.Size(shape).numel(), "times": times, "copy": 5e-5, "ops": [],
             "threads": 1 if kind == "cpu" else None, "unavailable": unavailable or {}, "notes": [],
             "y": torch.zeros(shape) if kind == "cpu" else torch.zeros(torch.Size(shape)[:-1].numel()),
-            "y_shape": shape}
+            "y_shape": shape, "work": work(gid, per_item)}
 
 
 def test_cpu_report_says_these_are_cpu_numbers(capsys):
@@ -100,8 +102,10 @@ def test_gpu_report_shows_compile_row_and_judges_against_eager(capsys):
     text = capsys.readouterr().out
     assert "GPU numbers (NVIDIA Test GPU, bfloat16" in text and "CPU numbers" not in text
     assert "torch.compile" in text and "yours / nn.TransformerEncoderLayer: 2.00x" in text
-    with pytest.raises(CheckFailed, match="the limit is"):
-        bm._judge(_record(gid, "cuda", bm.LIMITS[gid] * 2, fast), None, "TransformerBlock",
+    bm._judge(_record(gid, "cuda", bm.TYPICAL[gid] * 2, fast), None, "TransformerBlock",
+              "nn.TransformerEncoderLayer", gid)  # slow on the clock, vectorized by the count: passes
+    with pytest.raises(CheckFailed, match="Python loop"):
+        bm._judge(_record(gid, "cuda", 1.0, fast, per_item=1), None, "TransformerBlock",
                   "nn.TransformerEncoderLayer", gid)
 
 
@@ -179,13 +183,13 @@ def _compile_cfg():
 def test_unavailable_compile_costs_the_student_nothing(monkeypatch, capsys):
     monkeypatch.setattr(torch, "compile", _no_compiler)
     monkeypatch.setattr(bm, "REPEAT", 3)
-    monkeypatch.setattr(bm, "ROUNDS", (3, 6, 9))
+    monkeypatch.setattr(bm, "ROUNDS", (3,))
     d = contract.NORM_SHAPE[-1]
     x = bm._input(contract.NORM_SHAPE, 0)
     mods = {"yours": nn.LayerNorm(d), "torch": nn.LayerNorm(d)}
     for m in mods.values():
         bm.set_params(m, bm._bench_params("LayerNorm", d), "LayerNorm")
-    out = bm._run("layernorm_benchmark", mods, x, "LayerNorm", cfg=_compile_cfg())
+    out = bm._run("layernorm_benchmark", mods, x, "LayerNorm", {"LayerNorm": nn.LayerNorm}, cfg=_compile_cfg())
     assert set(out["times"]) == {"yours", "torch"} and "no working C++ compiler" in out["unavailable"]["torch.compile"]
     bm.LayerNormBenchmark.judge(out)  # passes: same module on both sides
     text = capsys.readouterr().out
@@ -195,10 +199,10 @@ def test_unavailable_compile_costs_the_student_nothing(monkeypatch, capsys):
 def test_a_compiled_row_is_timed_beside_eager(monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda m: m)  # "compiles" to itself
     monkeypatch.setattr(bm, "REPEAT", 3)
-    monkeypatch.setattr(bm, "ROUNDS", (3, 6, 9))
+    monkeypatch.setattr(bm, "ROUNDS", (3,))
     x = torch.randn(16, 8)
     out = bm._run("layernorm_benchmark", {"yours": nn.LayerNorm(8), "torch": nn.LayerNorm(8)}, x, "LayerNorm",
-                  cfg=_compile_cfg())
+                  {"LayerNorm": nn.LayerNorm}, cfg=_compile_cfg())
     assert set(out["times"]) == {"yours", "torch", "torch.compile"} and out["unavailable"] == {}
 
 
@@ -244,20 +248,25 @@ def _served_out(kind, ratio, unavailable=None, compile_s=None):
 
 
 def test_served_report_cpu_unchanged_in_verdict(capsys):
-    sv.served_report(_served_out("cpu", 3.0))  # an old record, without the device keys
+    flat = work("rmsnorm_benchmark")
+    sv.served_report(_served_out("cpu", 3.0), flat)  # an old record, without the device keys
     text = capsys.readouterr().out
     assert "1 thread" in text and "CPU numbers" in text and "yours / torch.nn.RMSNorm: 3.00x" in text
+    sv.served_report(_served_out("cpu", bm.TYPICAL["rmsnorm_benchmark"] * 10), flat)  # the clock never decides
     with pytest.raises(CheckFailed, match="Python loop"):
-        sv.served_report(_served_out("cpu", bm.LIMITS["rmsnorm_benchmark"] * 1.5))
+        sv.served_report(_served_out("cpu", 1.0), work("rmsnorm_benchmark", 1))
+    with pytest.raises(CheckFailed, match="missing or malformed"):
+        sv.served_report(_served_out("cpu", 1.0), None)
 
 
 def test_served_report_on_gpu(capsys):
-    sv.served_report(_served_out("cuda", 3.0, {"torch.compile": "torch.compile failed here (no Triton)"}))
+    flat = work("rmsnorm_benchmark")
+    sv.served_report(_served_out("cuda", 3.0, {"torch.compile": "torch.compile failed here (no Triton)"}), flat)
     text = capsys.readouterr().out
     assert "GPU numbers (NVIDIA Test GPU, bfloat16" in text and "no Triton" in text and "unavailable" in text
-    sv.served_report(_served_out("cuda", 3.0, compile_s=1e-6))  # a fast compiled torch: judged on eager
+    sv.served_report(_served_out("cuda", 3.0, compile_s=1e-6), flat)  # a fast compiled torch: shown, never judged
     with pytest.raises(CheckFailed):
-        sv.served_report(_served_out("cuda", bm.LIMITS["rmsnorm_benchmark"] * 1.5))
+        sv.served_report(_served_out("cuda", 1.0), work("rmsnorm_benchmark", 1))
 
 
 def test_rounds_are_longer_on_a_gpu():
@@ -357,7 +366,7 @@ def test_every_benchmark_markdown_says_where_it_runs_and_what_the_columns_mean()
         cells = json.loads(Path(path).read_text())["cells"]
         md = [("".join(c["source"])) for c in cells
               if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## Benchmark")]
-        benches = [c for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "") in bm.LIMITS]
+        benches = [c for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "") in bm.TYPICAL]
         if not benches:
             continue
         assert len(md) == 1, path

@@ -190,9 +190,9 @@ def test_benchmarks_are_the_checks_that_declare_the_kind():
     """The grader recognises a benchmark by the check's declared kind, and every benchmark has a
     limit and a served version (timed from outside the sandbox)."""
     from coursekit.checks import KINDS, load_all
-    from coursekit.checks.benchmark import LIMITS
+    from coursekit.checks.benchmark import TYPICAL
     from coursekit.checks.served import SERVED
     checks = load_all()
     assert all(c.kind in KINDS for c in checks.values())
     bench = {gid for gid, c in checks.items() if c.kind == "benchmark"}
-    assert bench == set(LIMITS) == set(SERVED)
+    assert bench == set(TYPICAL) == set(SERVED)

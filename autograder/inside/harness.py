@@ -163,6 +163,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
         from coursekit.bench import bench_config
         from coursekit.checks.served import SERVED, Served
         from coursekit.checks.served import reply as served_reply  # (``reply`` is the reply pipe here)
+        from coursekit.checks.scaling import measure as served_work
         # the device the grader times on (its outside.served_device()); on "cuda" this is where a
         # sandbox that cannot reach the GPU shows, before any student code runs
         cfg = bench_config(job.get("bench_device") or "cpu")
@@ -170,7 +171,8 @@ def main(reply_fd: int, ctrl_fd: int = 0):
             raise RuntimeError("the grader times the benchmarks on its GPU, but the sandbox cannot reach it "
                                "(instructor: are the NVIDIA device files and driver libraries there?)")
         served = ({gid: Served(s.name, s.assignment, s.build, s.torch_module, s.x, s.torch_name)
-                   for gid, s in SERVED.items()}, wire.pack_value, checks.Check, checks.CheckFailed, served_reply, cfg)
+                   for gid, s in SERVED.items()}, wire.pack_value, checks.Check, checks.CheckFailed, served_reply, cfg,
+                  served_work)
     except Exception as e:  # noqa: BLE001 -- no served benchmark: the grader says so
         print(f"harness: no served benchmark ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
         served = None
@@ -343,7 +345,7 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
     """
     import torch
 
-    SERVED, pack_value, Check, CheckFailed, reply, cfg = served
+    SERVED, pack_value, Check, CheckFailed, reply, cfg, work = served
     spec = SERVED[gid]
     box = {}
 
@@ -357,7 +359,8 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
         if type(y) is not torch.Tensor:
             raise CheckFailed(f"{spec.name} returned {type(y).__name__}, not a torch.Tensor")
         box["m"], box["shape"] = m, tuple(y.shape)
-        return {"shape": list(y.shape)}
+        # the verdict: how the work of one call grows with the input, counted here under the observers
+        return {"shape": list(y.shape), "work": work(gid, ns)}
 
     rec = collect(Check(gid, check.doc, build, check.judge, needs=check.needs), ns)
     from coursekit.checks import wire

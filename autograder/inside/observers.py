@@ -186,7 +186,8 @@ class Observers:
             if mod is None or not (name == "coursekit.checks" or name.startswith("coursekit.checks.")):
                 continue
             for attr, v in list(vars(mod).items()):
-                if isinstance(v, (types.FunctionType, type)) or attr in ("_ACTIVE", "SEEN", "REGISTRY", "STARTED"):
+                if isinstance(v, (types.FunctionType, type)) or attr in ("_ACTIVE", "SEEN", "REGISTRY", "STARTED",
+                                                                                "GROWTH", "_OWN", "_settrace", "_gettrace"):
                     base[(mod, attr)] = v
                 if isinstance(v, type) and getattr(v, "__module__", "") == name:
                     for k, m in list(vars(v).items()):

@@ -17,9 +17,9 @@ _JUDGE_LOCK = threading.Lock()  # judges print (the benchmark's table): one at a
 
 def _served_detail(m: dict) -> dict:
     """The benchmark's numbers for the feedback and the report, all measured in this process."""
-    from coursekit.checks.benchmark import LIMITS, robust_ratio
+    from coursekit.checks.benchmark import TYPICAL, robust_ratio
     t = m["times"]
-    return {"ratio": round(float(robust_ratio(t)), 3), "limit": LIMITS.get(m["grade_id"]),
+    return {"ratio": round(float(robust_ratio(t)), 3), "typical": TYPICAL.get(m["grade_id"]),
             "device": ("cpu, 1 thread, timed by the grader" if m.get("device_type", "cpu") == "cpu" else
                        f"{m.get('device')} ({m.get('dtype')}), timed by the grader"), "rounds": m["rounds"],
             "calls per round (yours, torch)": f"{m['k']}, {m['k_torch']}",
@@ -36,8 +36,9 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
     ``observed``: test index -> what the observers inside the sandbox saw during its probe
     (:func:`autograder.referee.protocol.observations`): such a test scores nothing, the message naming it.
     ``served``: the benchmarks timed from here (:mod:`autograder.referee.clock`), by test index. A
-    benchmark passes only on those measurements; its record from the sandbox can only fail it
-    (the student's module could not be built).
+    benchmark passes when its record from the sandbox holds a count of work that does not grow with
+    the input (:mod:`coursekit.checks.scaling`, taken under the observers when the module was built)
+    and every output timed from here was right; the times are for information.
     """
     served = served or {}
     observed = observed or {}
@@ -93,8 +94,10 @@ def judge_records(tests: list[planmod.Test], records: dict, plan: planmod.Plan,
                 with _JUDGE_LOCK, contextlib.redirect_stdout(buf):
                     try:
                         if bench and record.get("ok"):
+                            from coursekit.checks import wire
                             from coursekit.checks.served import served_report
-                            served_report(served[t.index])
+                            built = wire.decode(record["out"])
+                            served_report(served[t.index], built.get("work") if isinstance(built, dict) else None)
                         else:  # the hidden checks' judges rebuild the inputs of this submission's draw
                             with salted(draw if t.grade_id in HIDDEN_IDS else 0):
                                 verdict(check, record)
