@@ -379,3 +379,74 @@ def test_the_fourth_reviews_fixtures_grade_the_same_on_the_cluster(cluster, tmp_
             assert not full or row["review"], (student, a, row)
         else:
             assert full and row["review"] == "", (student, a, row)
+
+
+# -- a grade is a function of the submission: quiet, busy, or on the cluster ----------------------
+
+#: (student, assignment, fixture or None for the reference): honest code that runs near the old
+#: time limits (a float64 LayerNorm, noisy ones, a ResidualBlock of separate classes), loops the
+#: old limits let through on a quiet machine, and the references
+SPEED_CLASS = (
+    ("ref1", A, None), ("ref3", "03_residual", None),
+    ("f64", A, "right/01_layernorm/float64_inside"), ("noisy1", A, "right/01_layernorm/var_rsqrt_noisy"),
+    ("parts", "03_residual", "right/03_residual/separate_classes"),
+    ("loop1", A, "wrong/01_layernorm/per_row_loop"), ("loop3", "03_residual", "wrong/03_residual/per_token_python_loop"),
+)
+
+
+def _speed_class(dest: Path) -> Path:
+    for student, assignment, fixture in SPEED_CLASS:
+        nb = solved_dict(assignment) if fixture is None else \
+            with_code(release_dict(assignment)[1], read_code_fixture(FIXTURES / f"{fixture}.py")["code"])
+        _put(dest, student, assignment, nb)
+    return dest
+
+
+def _busy(n: int = 2) -> list[subprocess.Popen]:
+    """``n`` processes that keep a core each busy (the machine's load, not the submission's)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(n)]
+
+
+def _benchmark_ratios(out: Path) -> dict:
+    res = json.loads((out / "results.json").read_text())
+    ratios = {}
+    for row in res if isinstance(res, list) else res.get("rows", res.get("submissions", [])):
+        for t in row.get("tests", []):
+            if t.get("grade_id", "").endswith("benchmark") and "ratio" in (t.get("detail") or {}):
+                ratios[row.get("student_id")] = t["detail"]["ratio"]
+    return ratios
+
+
+@pytest.mark.slow
+def test_the_same_class_gets_the_same_grades_quiet_busy_and_on_the_cluster(cluster, tmp_path):
+    """Issue 26: load never flips a point. The same class is graded on a quiet machine, with both
+    cores kept busy by other processes, and on the Dask cluster: every row is the same, the
+    benchmarks included (they are decided by counting work, coursekit.checks.scaling); the loops
+    lose their benchmark and the honest code keeps it. The measured ratios, which do move with the
+    load, are printed: they are information, not the verdict."""
+    src = _speed_class(tmp_path / "class")
+    runs = {}
+    quiet = _grade(src, tmp_path / "quiet", "--jobs", "2")
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    runs["quiet"] = _rows(tmp_path / "quiet")
+    hogs = _busy(2)
+    try:
+        busy = _grade(src, tmp_path / "busy", "--jobs", "2")
+    finally:
+        for p in hogs:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert busy.returncode == 0, busy.stderr[-3000:]
+    runs["busy"] = _rows(tmp_path / "busy")
+    remote = _grade(src, tmp_path / "cluster", "--scheduler", cluster["address"])
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    runs["cluster"] = _rows(tmp_path / "cluster")
+    for name in ("quiet", "busy", "cluster"):
+        print(name, {s: r for s, r in sorted(_benchmark_ratios(tmp_path / name).items())})
+    assert runs["busy"] == runs["quiet"] and runs["cluster"] == runs["quiet"]
+    rows = runs["quiet"]
+    for student, assignment, fixture in SPEED_CLASS:
+        r = rows[(student, assignment)]
+        full = float(r["score"]) == float(r["max_score"]) > 0
+        assert full is not student.startswith("loop"), (student, r)
+        assert r["review"] == "", (student, r["review"])
