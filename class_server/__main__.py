@@ -1,12 +1,14 @@
 """python -m class_server up ROSTER [--dir DIR] [--ip IP] [--port PORT]   (as root)
-python -m class_server down [--dir DIR] [--remove-users] [--purge]"""
+python -m class_server down [--dir DIR] [--remove-users] [--purge]
+python -m class_server env --dir DIR [--exchange ROOT]   (as root: the students' Python on a shared
+                                                          machine without the hub)"""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from class_server.server import ClassError, down, up
+from class_server.server import DEFAULT_EXCHANGE, ClassError, down, student_env, up
 
 
 def main(argv=None) -> int:
@@ -23,9 +25,18 @@ def main(argv=None) -> int:
     d.add_argument("--dir", type=Path, default=Path("/srv/resnorm"))
     d.add_argument("--remove-users", action="store_true", help="also delete the accounts `up` created, with their homes")
     d.add_argument("--purge", action="store_true", help="also delete the class's folder (course, gradebook, exchange)")
+    e = sub.add_parser("env", help="the students' Python on a shared machine without the hub: nbgrader, "
+                                   "JupyterLab, torch and the course's runtime, runnable by every user")
+    e.add_argument("--dir", type=Path, required=True, help="where to build it (e.g. /opt/resnorm)")
+    e.add_argument("--exchange", type=Path, default=DEFAULT_EXCHANGE,
+                   help=f"nbgrader's exchange root, as in the course's nbgrader_config.py (default {DEFAULT_EXCHANGE})")
     a = ap.parse_args(argv)
     try:
-        if a.cmd == "up":
+        if a.cmd == "env":
+            venv = student_env(a.dir, a.exchange)
+            print(f"students run {venv / 'bin' / 'nbgrader'} (fetch_assignment, submit, fetch_feedback; "
+                  f"--course=resnorm) or {venv / 'bin' / 'jupyter'} lab; exchange {a.exchange}")
+        elif a.cmd == "up":
             info = up(a.roster, a.dir, ip=a.ip, port=a.port, group=a.group)
             print(info["url"])
         else:

@@ -340,6 +340,34 @@ def build_env(class_dir: Path) -> Path:
     return dest
 
 
+DEFAULT_EXCHANGE = Path("/usr/local/share/nbgrader/exchange")  # nbgrader's default, and the course's
+
+
+def student_env(env_dir: Path, exchange: Path = DEFAULT_EXCHANGE) -> Path:
+    """The students' Python on a shared machine without the class server (``python -m class_server
+    env``, as root): ``ENV_DIR/venv``, the class server's environment (:func:`build_env`: nbgrader,
+    JupyterLab, torch and the course's runtime, runnable by every user), configured for the exchange
+    at ``exchange`` in its own ``etc/jupyter/nbgrader_config.py``, which nbgrader and Jupyter read
+    from any Python's prefix. Students run ``ENV_DIR/venv/bin/nbgrader ...`` or
+    ``ENV_DIR/venv/bin/jupyter lab``; the course's ``.venv`` is not for them (its interpreter may
+    live where only its owner can read, e.g. a pyenv under /root). Returns the venv."""
+    env_dir = Path(env_dir).resolve()
+    env_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(env_dir, 0o755)
+    venv = build_env(env_dir)
+    conf = venv / "etc" / "jupyter" / "nbgrader_config.py"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    if conf.exists() or conf.is_symlink():
+        conf.unlink()  # never write through a hard link into the course's own .venv (build_env links it)
+    conf.write_text(
+        "# The students' nbgrader on this machine (python -m class_server env): the course's exchange.\n"
+        "c = get_config()  # noqa: F821\n"
+        f"c.Exchange.root = {str(exchange)!r}\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n")
+    os.chmod(conf, 0o644)
+    return venv
+
+
 # ------------------------------------------------------------------------------------------------
 # The course, the exchange, the Jupyter config of each role
 # ------------------------------------------------------------------------------------------------
