@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: generated from other files: regenerated after a rewrite, never rewritten themselves
 GENERATED = ("exercises/", "tools/sample_class/", "coursekit/released.json")
+#: folders whose links are examples, not the course's (the tests plant links to other sites)
+NOT_SCANNED = ("tests/",)
 #: files whose links are not the course's (references to papers and code)
 SKIPPED_SUFFIXES = (".bib", ".png", ".jpg", ".svg", ".whl", ".zip", ".db", ".pdf", ".ico")
 #: folders never scanned in a copy without git (what .gitignore keeps out)
@@ -94,7 +96,8 @@ def tracked_files(root: Path = ROOT) -> list[str]:
     else:  # a copy without git (tests): every file but build output and environments
         files = sorted(str(p.relative_to(root)) for p in Path(root).rglob("*")
                        if p.is_file() and not set(p.relative_to(root).parts) & UNTRACKED)
-    return [f for f in files if not f.endswith(SKIPPED_SUFFIXES) and (Path(root) / f).is_file()]
+    return [f for f in files if not f.endswith(SKIPPED_SUFFIXES) and not f.startswith(NOT_SCANNED)
+            and (Path(root) / f).is_file()]
 
 
 def _is_site_link(url: str) -> bool:
