@@ -107,6 +107,8 @@ def _local(url: str, site: str) -> bool:
 def test_pages_were_found():
     assert PAGES, f"no pages under {HTML}: build the book with `make book`"
     assert "chapters/01_depth.html" in PAGES
+    # the instructors' part (docs/, issue 29) is checked like every other page
+    assert {f"docs/{p.stem}.html" for p in (ROOT / "docs").glob("*.md")} <= set(PAGES)
 
 
 @pytest.mark.parametrize("page", PAGES)
