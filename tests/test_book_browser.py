@@ -30,7 +30,7 @@ def _pages() -> list[str]:
         return []
     return sorted(str(p.relative_to(HTML)) for p in HTML.rglob("*.html")
                   if "_static" not in p.parts and "_sources" not in p.parts
-                  and p.name not in SKIP_PAGES and p.name != "index.html")
+                  and p.name not in SKIP_PAGES and p.relative_to(HTML).as_posix() != "index.html")  # the root: a redirect
 
 
 PAGES = _pages()
