@@ -46,7 +46,7 @@ $(CHP): | npm
 
 class-server-deps: venv system $(CHP)
 
-# A class on one server (README, "Run a class"); as root:
+# A class on one server (docs/class_server.md, "Run a class"); as root:
 #   make class-server ROSTER=roster.csv [CLASS_DIR=/srv/resnorm] [IP=127.0.0.1] [PORT=8000]
 #   make class-server-stop [CLASS_DIR=/srv/resnorm]
 CLASS_DIR ?= /srv/resnorm

@@ -339,7 +339,7 @@ def grade_on_cluster(src: Path, *, scheduler: str, limits: Limits | None = None,
             said = _ask_workers(client, want, sandbox, limits=limits)
             if not said:
                 raise ClusterError(f"the scheduler at {scheduler} has no workers: start some with "
-                                   f"`dask worker {scheduler} --nthreads N` (README, Grading on a cluster)")
+                                   f"`dask worker {scheduler} --nthreads N` (docs/cluster.md, Grading on a cluster)")
             refusals = [why for why in said if why]
             if refusals:
                 raise ClusterError("\n".join(refusals))
@@ -355,7 +355,7 @@ def grade_on_cluster(src: Path, *, scheduler: str, limits: Limits | None = None,
                 sent.append(e)
             # One graph for the class: when it holds more than twice as many notebooks as the cluster
             # has threads, the scheduler queues them and hands each worker only as many as it has
-            # threads (worker-saturation 1.0, README), so a worker that dies counts against the
+            # threads (worker-saturation 1.0, docs/cluster.md), so a worker that dies counts against the
             # notebooks it was running and no others (allowed-failures).
             futures = dict(zip(client.map(grade_task, jobs, key=keys, pure=False, retries=RETRIES), sent))
             print(f"grading {len(futures)} notebooks on {len(said)} workers of {scheduler}", file=sys.stderr)

@@ -3,7 +3,7 @@
 
 Everything specific to one class (ports, users, folders) is read from ``class.json`` beside this
 file, written by ``up`` from the roster; nothing here needs editing for a class. To use another
-authenticator, replace the ``authenticator_class`` block (README, "Run a class").
+authenticator, replace the ``authenticator_class`` block (docs/class_server.md, "Run a class").
 """
 import json
 import os

@@ -107,6 +107,8 @@ The grader also runs hidden tests (their descriptions are in the notebook), so p
 visible test is necessary, not sufficient. Hand in the notebook file the way your instructor asks,
 under its own name.
 
+The book, with a page for each exercise: {book}
+
 In Colab, run the `%pip install` line from the exercise's page in the book in the notebook's first
 cell, then restart the runtime.
 """
@@ -192,15 +194,23 @@ def leaks(zip_path: Path) -> list[str]:
     return found
 
 
+def readme(nbs: list[Path], book_url: str) -> str:
+    """The pack's README for these notebooks; ``book_url``: where the book is published
+    (``html.baseurl``, :mod:`course.site`)."""
+    rows = "\n".join(f"| `{nb.parent.name}/{nb.name}` | {_implements(nb)} |" for nb in nbs)
+    return README.format(pip=PIP_LINE, pip_quick=PIP_LINE_QUICK, pip_pypi=PIP_LINE_PYPI, size=INSTALLED_SIZE,
+                         rows=rows, first=f"{nbs[0].parent.name}/{nbs[0].name}", book=book_url)
+
+
 def build(zip_path: Path = ZIP) -> Path:
+    from course import site
+
     wheel = build_wheel(PACK_DIR)
     nbs = _notebooks()
-    rows = "\n".join(f"| `{nb.parent.name}/{nb.name}` | {_implements(nb)} |" for nb in nbs)
-    readme = README.format(pip=PIP_LINE, pip_quick=PIP_LINE_QUICK, pip_pypi=PIP_LINE_PYPI, size=INSTALLED_SIZE,
-                           rows=rows, first=f"{nbs[0].parent.name}/{nbs[0].name}")
+    readme_text = readme(nbs, site.load(ROOT).base_url)
     zip_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = zip_path.with_suffix(".tmp")
-    members = [("student-pack/README.md", readme.encode()), (f"student-pack/{WHEEL}", wheel.read_bytes())]
+    members = [("student-pack/README.md", readme_text.encode()), (f"student-pack/{WHEEL}", wheel.read_bytes())]
     members += [(f"student-pack/{nb.parent.name}/{nb.name}", nb.read_bytes()) for nb in nbs]
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for name, data in members:  # fixed order, time and mode: the same bytes from the same sources

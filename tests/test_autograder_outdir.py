@@ -3,7 +3,7 @@
 * grading into an existing ``--out`` merges: a regrade replaces that student's rows, other
   students' rows from earlier runs stay (grades.csv, results.json, report.html); an unreadable
   results.json is refused instead of silently losing rows;
-* the README's stock-nbgrader commands, in their order (``nbgrader generate_assignment`` then
+* the stock-nbgrader commands of docs/index.md, in their order (``nbgrader generate_assignment`` then
   ``nbgrader autograde``), work on a copy of the course whose ``exercises/`` is already there.
 """
 from __future__ import annotations
@@ -121,14 +121,14 @@ def test_unreadable_results_json_is_refused_and_nothing_is_overwritten(tmp_path)
 
 
 def _nbgrader(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The README's command: ``.venv/bin/nbgrader ...`` (this interpreter's script)."""
+    """The instructors' pages' command: ``.venv/bin/nbgrader ...`` (this interpreter's script)."""
     exe = Path(sys.executable).parent / "nbgrader"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "nbgrader"]
     return subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, text=True, env=venv_env(), timeout=900)
 
 
 def test_readme_stock_nbgrader_commands_work_in_order(tmp_path):
-    """README "For instructors": `nbgrader generate_assignment 01_layernorm` then `nbgrader autograde
+    """docs/index.md ("For instructors"): `nbgrader generate_assignment 01_layernorm` then `nbgrader autograde
     01_layernorm` in a course directory whose exercises/ already holds the release (as this
     repository's does): the autograde succeeds and a solved submission gets full marks."""
     course = tmp_path / "course"

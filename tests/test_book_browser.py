@@ -30,7 +30,7 @@ def _pages() -> list[str]:
         return []
     return sorted(str(p.relative_to(HTML)) for p in HTML.rglob("*.html")
                   if "_static" not in p.parts and "_sources" not in p.parts
-                  and p.name not in SKIP_PAGES and p.name != "index.html")
+                  and p.name not in SKIP_PAGES and p.relative_to(HTML).as_posix() != "index.html")  # the root: a redirect
 
 
 PAGES = _pages()
@@ -107,6 +107,8 @@ def _local(url: str, site: str) -> bool:
 def test_pages_were_found():
     assert PAGES, f"no pages under {HTML}: build the book with `make book`"
     assert "chapters/01_depth.html" in PAGES
+    # the instructors' part (docs/, issue 29) is checked like every other page
+    assert {f"docs/{p.stem}.html" for p in (ROOT / "docs").glob("*.md")} <= set(PAGES)
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -53,7 +53,8 @@ CONTRACT = {
     "FusedAddRMSNorm": ("05_backward", "autograd", 4),
 }
 
-CHAPTERS = sorted((ROOT / "chapters").rglob("*.md"))
+# the instructors' pages (docs/, issue 29) are built into the same book: read like the chapters
+CHAPTERS = sorted((ROOT / "chapters").rglob("*.md")) + sorted((ROOT / "docs").rglob("*.md"))
 CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```\s*$", re.S | re.M)
 INCLUDE = re.compile(r"^```\{literalinclude\}\s+(\S+)", re.M)
 HIDDEN_TAGS = ("remove-cell", "remove-input")
@@ -242,3 +243,27 @@ def test_detector_finds_a_solution_planted_in_a_chapter(tmp_path):
     passing = {(label, name) for label, name, obj in found if not failed_checks(name, obj)}
     assert ("planted.md:apply_residual_connection", "apply_residual_connection") in passing
     assert ("planted.md:ResidualBlock", "ResidualBlock") in passing
+
+
+def test_instructor_pages_print_no_solution_line_and_no_hidden_test():
+    """The book's "For instructors" part (docs/) is read by students too: none of its text holds a
+    line of a reference solution, of a hidden test cell or of a hidden check (``course/hidden/``)."""
+    import nbformat
+    from course import cells
+
+    secret = set()
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        for c in nbformat.read(str(path), as_version=4).cells:
+            src = cells.source(c)
+            for begin, end in (("### BEGIN SOLUTION", "### END SOLUTION"),
+                               ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")):
+                for block in src.split(begin)[1:]:
+                    secret |= {ln.strip() for ln in block.split(end, 1)[0].splitlines() if len(ln.strip()) >= 24}
+    for path in sorted((ROOT / "course" / "hidden").glob("*.py")):
+        secret |= {ln.strip() for ln in path.read_text().splitlines()
+                   if len(ln.strip()) >= 32 and not ln.strip().startswith(("#", "from ", "import ", '"""'))}
+    assert len(secret) > 50
+    pages = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    assert len(pages) > 5
+    found = [f"{p.relative_to(ROOT)}: {s[:80]}" for p in pages for s in secret if s in p.read_text()]
+    assert not found, found

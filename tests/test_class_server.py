@@ -1,4 +1,4 @@
-"""A class on one server, end to end in a real browser (class_server, README "Run a class").
+"""A class on one server, end to end in a real browser (class_server, docs/class_server.md, "Run a class").
 
 ``python -m class_server up`` with a roster of an instructor and two students, on 127.0.0.1:
 JupyterHub as root (PAM logins against real unix accounts made for this test, removed at the end),
@@ -264,7 +264,7 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
     # 3. The instructor collects and grades with the course grader, into the course.
     sh(teach, "nbgrader", "collect", A, cwd=course)
     g = sh(teach, "python", "-m", "autograder", "grade", "submitted", "--out", "grades", "--assignment", A,
-           "--jobs", "2", "--no-progress", "--no-cgroups", cwd=course)  # not root: README, Run a class
+           "--jobs", "2", "--no-progress", "--no-cgroups", cwd=course)  # not root: docs/class_server.md, Run a class
     assert "nbgrader course" in g.stderr, g.stderr[-2000:]
     rows = {r["student_id"]: r for r in csv.DictReader(open(course / "grades" / "grades.csv"))}
     assert float(rows[alice]["score"]) == float(rows[alice]["max_score"]) == 15.0, rows[alice]

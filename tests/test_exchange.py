@@ -1,6 +1,6 @@
 """nbgrader's exchange on one machine, end to end, with the course autograder in the middle.
 
-The instructor's path of the README ("For instructors"), in a scratch copy of the course
+The instructor's path of docs/nbgrader_course.md ("From release to feedback"), in a scratch copy of the course
 (nbgrader_config.py, solutions/, exercises/) and a temporary exchange directory:
 
     nbgrader generate_assignment 01_layernorm          # instructor, in the course
