@@ -187,10 +187,20 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     isolated = bool(job.get("isolated"))  # this process has a pid namespace of its own (the sandbox)
     answer_parts = _answer_parts()  # the refereed tests' machinery, looked up before any student code
     blocked = _block_ops(job.get("block_ops") or [])
+    if blocked is not None and served is not None:
+        # the benchmark is timed from outside (no torch kernel is needed in here): the block is made
+        # permanent, so that no student code can lift it, even for the length of one call
+        blocked.seal()
     # the observers (autograder/inside/observers.py): an audit hook, thread starts, and the state of
     # everything the probes rely on, as it is now, before any student code runs
+    compilers = []
+    try:  # torch's compilers refuse torch's transformer layers (their compiled forms run outside Python)
+        from coursekit.checks.transformer import block_layer_compilers
+        compilers = block_layer_compilers()
+    except Exception as e:  # noqa: BLE001 -- the course's checks could not be imported: reported with them
+        print(f"harness: torch's compilers not guarded ({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
     import observers as _observers_module
-    obs = _observers_module.install(blocked)
+    obs = _observers_module.install(blocked, compilers)
     sys.modules.pop("observers", None)  # reachable from here on only through the collector or frames (audited)
     del _observers_module
 
@@ -482,7 +492,8 @@ def _answer(ns, watch, lines, send, n, parts):
             reply = answerer.answer(request)
             if not modes_in_place(rec):  # the recorder taken off torch's mode stacks while the student's code ran
                 reply = {"ok": False, "error": "CheckFailed", "where": "",
-                         "message": "the op recorder was taken off torch's mode stack while your code ran, so this "
+                         "message": "the op recorder was taken off torch's mode stack (or its watch on torch's own "
+                                    "normalizations' code switched off) while your code ran, so this "
                                     "test cannot see which torch ops ran: it gives no points"}
         reply["ops"] = sorted(rec.seen & watch)
         try:

@@ -49,6 +49,9 @@ DIRECT = frozenset({"sys._getframe", "object.__getattr__", "compile", "exec", "f
 PROBE_ONLY = frozenset({"import", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.system",
                         "subprocess.Popen"})
 STUDENT_FILES = ("<ipython-input-",)
+#: file names of code made at run time that is not the student's: the interpreter's frozen modules,
+#: the course's compiled hidden checks, torch.fx's generated forward functions
+TRUSTED_GENERATED = ("<frozen ", "<hidden check", "<eval_with_key>")
 #: the modules whose classes' attributes are guarded (writing them is an event)
 GUARDED_MODULES = ("torch", "coursekit", "course", "observers", "harness", "autograder")
 MAX_EVENTS = 50
@@ -132,6 +135,10 @@ class Observers:
             fn = f.f_code.co_filename
             if fn.startswith(STUDENT_FILES):
                 return fn, f.f_lineno
+            if fn.startswith("<") and not fn.startswith(TRUSTED_GENERATED):
+                # code compiled from a string at run time (timeit's template, a pickle's exec, eval):
+                # whoever supplied the string, it is not a library's own code, so it is the student's
+                return fn, f.f_lineno
             stdlib = fn.startswith("<frozen ") or (fn.startswith(self._stdlib) and "-packages" not in fn)
             if not stdlib:
                 return None
@@ -171,11 +178,12 @@ class Observers:
     def _text(self, e) -> str:
         event, detail, fn, line = e
         cell = self._cells.get(fn)
-        where = f"{cell}, line {line}" if cell else f"line {line}"
+        where = f"{cell}, line {line}" if cell else (f"line {line}" if fn.startswith(STUDENT_FILES) else
+                                                      f"code compiled from a string, {fn} line {line}")
         return f"{event}{(' ' + detail) if detail else ''} ({where})"
 
     # ---------------------------------------------------------------- identity and state
-    def take_baseline(self, blocked=None):
+    def take_baseline(self, blocked=None, guarded=()):
         """Every object the probes rely on, as it is before any student code runs."""
         import types
 
@@ -215,6 +223,8 @@ class Observers:
             for n in names:
                 if n in vars(owner) or hasattr(owner, n):
                     base[(owner, n)] = vars(owner)[n] if n in vars(owner) else getattr(owner, n)
+        for owner, n in guarded:
+            base[(owner, n)] = vars(owner)[n] if n in vars(owner) else getattr(owner, n)
         for c in (torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer, torch.nn.TransformerEncoder,
                   torch.nn.TransformerDecoder, torch.nn.Transformer):
             for k, m in list(vars(c).items()):
@@ -318,13 +328,15 @@ def _detail(event, args) -> str:
 _INSTALLED = None
 
 
-def install(blocked=None) -> Observers:
-    """Install the observers (once per process) before any student code runs; take the baseline."""
+def install(blocked=None, guarded=()) -> Observers:
+    """Install the observers (once per process) before any student code runs; take the baseline.
+    ``guarded``: more ``(owner, name)`` pairs whose objects must stay as they are now (the harness's
+    guards on torch's compilers, :func:`coursekit.checks.transformer.block_layer_compilers`)."""
     global _INSTALLED
     if _INSTALLED is None:
         obs = Observers()
         sys.addaudithook(obs.hook)
         obs.watch_threads()
         _INSTALLED = obs
-    _INSTALLED.take_baseline(blocked)
+    _INSTALLED.take_baseline(blocked, guarded)
     return _INSTALLED

@@ -212,7 +212,7 @@ def bounded_plan(release: list[dict], student: list[dict], budget: float | None 
     def work():
         try:
             plan = make_plan(release, student, deadline=deadline)
-            box["done"] = (plan, scan.review(plan.slice))
+            box["done"] = (plan, scan.review(plan.slice, deadline=deadline))
         except BaseException as e:  # noqa: BLE001 -- handed to the caller's thread
             box["error"] = e
 

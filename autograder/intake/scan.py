@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import ast
 
-from autograder.intake.slicing import GradedSlice, is_get_ipython, root_name
+from autograder.intake.slicing import GradedSlice, in_time, is_get_ipython, root_name
 
 #: torch classes that compute a normalization for you
 NORM_CLASSES = frozenset({"LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm",
@@ -265,8 +265,11 @@ def _own_attrs(stmt) -> set[str]:
 # Review: code that reaches around the course, for a person to look at
 # ------------------------------------------------------------------------------------------------
 
-def review(sl: GradedSlice) -> list[str]:
-    """Every reason to look at this submission, with its cell and line: ``[]`` when nothing."""
+def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
+    """Every reason to look at this submission, with its cell and line: ``[]`` when nothing.
+    ``deadline`` (``time.monotonic()``): past it, :class:`~autograder.intake.slicing.PlanningTimeout`
+    is raised (checked at every statement and every nested function, so a notebook of many nested
+    definitions cannot keep the review running after its budget)."""
     out: list[str] = []
     flagged: set[int] = set()
 
@@ -289,8 +292,9 @@ def review(sl: GradedSlice) -> list[str]:
         out.append(f"names bound through more aliases in a row than the review follows ({_PASSES}); "
                    "what they hold was not read")
     for st in running:
+        in_time(deadline)
         tree = trees[id(st)]
-        methods_self = _self_methods(tree)
+        methods_self = _self_methods(tree, deadline)
         inner: set[int] = set()  # attributes inside one already flagged (torch._C inside torch._C._nn)
         for n in ast.walk(tree):
             if id(n) in inner:
@@ -343,7 +347,7 @@ def review(sl: GradedSlice) -> list[str]:
                 _review_call(sl, st, n, modules, methods_self, flag, values)
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in ("__builtins__",):
                 flag(st, n, "the builtins namespace")
-        _review_module_state(sl, st, modules, flag, probe_reach, values)
+        _review_module_state(sl, st, modules, flag, probe_reach, values, deadline)
         if st in hand_written:
             for n in ast.walk(tree):
                 if isinstance(n, ast.Call) and _switches_grad_on(n):
@@ -393,12 +397,13 @@ def _switches_grad_on(call: ast.Call, name: str | None = None) -> bool:
     return not (isinstance(arg, ast.Constant) and arg.value is False)
 
 
-def _self_methods(stmt) -> set[int]:
+def _self_methods(stmt, deadline: float | None = None) -> set[int]:
     """ids of ``getattr(self, ...)``/``setattr(self, ...)`` calls inside methods that never rebind self."""
     out = set()
     for fn in ast.walk(stmt):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
+        in_time(deadline)
         first = (fn.args.posonlyargs + fn.args.args)[:1]
         if not first or first[0].arg not in ("self", "cls"):
             continue
@@ -454,7 +459,7 @@ def _probe_reach(sl: GradedSlice) -> set[str]:
     return out
 
 
-def _review_module_state(sl, st, modules, flag, probe_reach=frozenset(), values=None) -> None:
+def _review_module_state(sl, st, modules, flag, probe_reach=frozenset(), values=None, deadline=None) -> None:
     """Functions the probes can call that write into module-level state, and module-level writes
     into modules."""
     node = st.node
@@ -464,6 +469,7 @@ def _review_module_state(sl, st, modules, flag, probe_reach=frozenset(), values=
         for fn in ast.walk(node):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 continue
+            in_time(deadline)
             a = fn.args
             local = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None}
             body = fn.body if isinstance(fn.body, list) else [fn.body]

@@ -176,6 +176,8 @@ def _modes_in_place(rec) -> bool:
     not pop them), as the probe ends."""
     if not rec._modes:
         return True
+    if rec._code is not None and __import__("sys").getprofile() is not rec._code:
+        return False  # the watch on torch's own normalizations was switched off
     import torch
     try:
         fs = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
@@ -209,7 +211,8 @@ def collect(check: Check, ns: dict) -> dict:
                 (contextlib.nullcontext() if remote else contextlib.redirect_stderr(io.StringIO())):
             out = check.probe(ns)
             if not remote and not _modes_in_place(rec):
-                raise CheckFailed("the op recorder was taken off torch's mode stack while your code ran, so this "
+                raise CheckFailed("the op recorder was taken off torch's mode stack (or its watch on torch's own normalizations' code "
+                          "switched off) while your code ran, so this "
                                   "test cannot see which torch ops ran: it gives no points")
         seen = ns._link.ops if remote else rec.seen
         return {"ok": True, "out": wire.encode(out), "ops": sorted(set(seen) & check.forbidden_ops)}

@@ -104,22 +104,115 @@ class _DispatchSpy(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _norm_codes() -> dict:
+    """The code objects of torch's own normalizations written in Python: the decompositions and
+    references (``torch._decomp``, ``torch._refs``) of every op of :data:`NORM_OPS`, however reached
+    (``torch._decomp.decomposition_table``, ``torch.export.default_decompositions()``, another
+    module's copy of the table, or by name), and their helpers; code object -> op name. They compute
+    a normalization from ordinary ops, which the modes above see only as those ops."""
+    import inspect
+
+    codes = {}
+
+    def add(fn, name):
+        try:
+            fn = inspect.unwrap(fn)
+        except ValueError:
+            return
+        code = getattr(fn, "__code__", None)
+        if isinstance(code, type(add.__code__)):
+            codes.setdefault(code, name)
+
+    try:
+        import torch._decomp
+        import torch._decomp.decompositions as decompositions
+        import torch._refs
+        import torch._refs.nn.functional as refs_f
+    except ImportError:  # a torch without them: nothing to watch
+        return codes
+    for op, fn in list(torch._decomp.decomposition_table.items()):
+        if _short(op) in NORM_OPS:
+            add(fn, _short(op))
+    for mod in (torch._refs, refs_f, decompositions):
+        for attr, v in list(vars(mod).items()):
+            if not callable(v) or isinstance(v, type):
+                continue
+            name = attr.rstrip("_").removesuffix("_out")
+            if name in NORM_OPS or name.lstrip("_") in NORM_OPS:
+                add(v, name if name in NORM_OPS else name.lstrip("_"))
+    if callable(getattr(torch._refs, "_normalize", None)):  # native_layer_norm's core: (x - mean) * rstd
+        add(torch._refs._normalize, "native_layer_norm")
+    return codes
+
+
+_NORM_CODES = _norm_codes()
+#: their bytecode and names, for copies of the code objects (``code.replace``, ``FunctionType(code, ...)``)
+_NORM_BYTECODE = {(c.co_code, c.co_names): n for c, n in _NORM_CODES.items()}
+
+
+class _NormCodeWatch:
+    """A profile function (this thread, and threads started while it holds) that notes, as the op
+    it computes, when the Python code of one of torch's own normalizations runs, however it was
+    reached. ``sys.setprofile`` is audited: the grader's observers see the student's code switch it
+    off (autograder/inside/observers.py), and the recorder's exit sees that it is gone."""
+
+    def __init__(self, seen: set):
+        self.seen, self.memo = seen, {}
+
+    def __call__(self, frame, event, arg):
+        if event != "call":
+            return
+        code = frame.f_code
+        hit = self.memo.get(code)
+        if hit is None:
+            hit = self.memo[code] = _NORM_CODES.get(code) or _NORM_BYTECODE.get((code.co_code, code.co_names)) or ""
+        if hit:
+            self.seen.add(hit)
+
+    def __enter__(self):
+        import sys
+        import threading
+        self._old, self._old_threads = sys.getprofile(), threading.getprofile()
+        sys.setprofile(self)
+        threading.setprofile(self)
+        return self
+
+    def __exit__(self, *exc):
+        import sys
+        import threading
+        self.switched_off = sys.getprofile() is not self
+        sys.setprofile(self._old)
+        threading.setprofile(self._old_threads)
+        return False
+
+
 class OpRecorder:
-    """``with OpRecorder() as rec: ...`` then ``rec.seen`` is the set of op names called."""
+    """``with OpRecorder() as rec: ...`` then ``rec.seen`` is the set of op names called: at the
+    torch-function level, at the dispatcher, and as the Python code of torch's own normalizations
+    (:class:`_NormCodeWatch`). ``rec.watch_off`` says whether that code watch was switched off while
+    the code ran (then ``rec.seen`` may miss what ran)."""
 
     def __init__(self, active: bool = True):
         self.active = active
         self.seen: set[str] = set()
         self._modes = []
+        self._code = None
+        self.watch_off = False
 
     def __enter__(self):
         if self.active:
             self._modes = [_FunctionSpy(self.seen), _DispatchSpy(self.seen)]
             for m in self._modes:
                 m.__enter__()
+            self._code = _NormCodeWatch(self.seen)
+            self._code.__enter__()
         return self
 
     def __exit__(self, *exc):
+        if self._code is not None:
+            self._code.__exit__(*exc)
+            self.watch_off = self._code.switched_off
+            self._code = None
         for m in reversed(self._modes):
             m.__exit__(*exc)
         self._modes = []
@@ -171,7 +264,35 @@ class Blocked:
         self.registered: list[tuple[str, str]] = []  # (ns::op[.overload], dispatch key)
         self.patched: list[tuple[object, str, object]] = []  # (module, attribute, original)
 
+    sealed = False
+
+    def seal(self) -> None:
+        """Make the block last for the rest of the process, whatever Python code does next (the
+        grading sandbox, before any student code): each library's C++ registration is kept alive by
+        a reference no Python object holds (pybind objects are not tracked by ``gc`` either), its
+        finalizer is detached, and the Library objects are left empty, so ``release()``,
+        ``Library._destroy`` or dropping them change nothing. The Python functions replaced stay
+        replaced, and the originals are no longer referenced here."""
+        import ctypes
+        import weakref
+
+        for lib in self.libraries.values():
+            for f in list(getattr(weakref.finalize, "_registry", {})):
+                try:
+                    if f.peek() is not None and f.peek()[0] is lib:
+                        f.detach()
+                except Exception:  # noqa: BLE001 -- a finalizer being run meanwhile
+                    continue
+            if lib.m is not None:
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(lib.m))  # never released: the kernels stay
+            lib.m = None
+            lib._registration_handles = []
+        self.patched = []
+        self.sealed = True
+
     def release(self) -> None:
+        if self.sealed:  # the block outlives any caller (see seal)
+            return
         for lib in self.libraries.values():
             lib._destroy()
         self.libraries = {}

@@ -18,6 +18,7 @@ fails on any of it.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import types
 
@@ -680,3 +681,80 @@ class StackPreNorm:
     judge = staticmethod(torch.no_grad()(lambda out: _judge_stack(out, _stack_cases(True))))
 
 
+
+
+# --------------------------------------------------------------------------------------------
+# Compilers of torch's layers, refused in the grading sandbox
+# --------------------------------------------------------------------------------------------
+
+def _is_torch_layer(obj, depth: int = 0) -> bool:
+    """Whether ``obj`` is, holds or runs torch's transformer layers: a layer class, a module with
+    one among its submodules, a layer's method (bound or borrowed), a partial of one."""
+    if depth > 4 or obj is None:
+        return False
+    if isinstance(obj, type):
+        return issubclass(obj, TORCH_LAYERS)
+    if isinstance(obj, nn.Module):
+        return any(isinstance(m, TORCH_LAYERS) for m in obj.modules())
+    if isinstance(obj, types.MethodType):
+        return _is_torch_layer(obj.__self__, depth + 1) or _is_torch_layer(obj.__func__, depth + 1)
+    if isinstance(obj, functools.partial):
+        return _is_torch_layer(obj.func, depth + 1) or any(_is_torch_layer(a, depth + 1) for a in obj.args)
+    code = getattr(obj, "__code__", None)
+    if isinstance(code, types.CodeType):
+        return bool(_borrowed_layer_code(obj) or _LAYER_CODES.get(code)
+                    or _LAYER_BYTECODE.get((code.co_code, code.co_names)))
+    return False
+
+
+def _refusing(fn, what: str, arg: int = 0, key: str | None = None):
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        target = kwargs.get(key) if key and key in kwargs else (args[arg] if len(args) > arg else None)
+        if _is_torch_layer(target):
+            raise RuntimeError(f"{what} of torch's transformer layers is switched off while grading: torch's layer "
+                               "would compute the block for you. Build the block from its parts (exercise 04)")
+        return fn(*args, **kwargs)
+    guarded.__resnorm_guard__ = True
+    return guarded
+
+
+def block_layer_compilers() -> list:
+    """In the grading sandbox, before any student code: TorchScript, tracing, ``torch.compile``,
+    ``torch.export`` and ``torch.fx`` refuse torch's transformer layers (their compiled forms run
+    the layer's code outside Python, where no watch sees it). Every place the entry points live is
+    patched; returns ``[(owner, name)]`` for the observers' identity checks."""
+    import torch.export
+    import torch.fx
+    import torch.jit._recursive
+    import torch.jit._script
+    import torch.jit._trace
+    import torch.fx._symbolic_trace
+    import torch._dynamo
+    import torch._dynamo.eval_frame
+
+    patched = []
+
+    def patch(owners, name, what, arg=0, key=None):
+        original = getattr(owners[0], name, None)
+        if original is None or getattr(original, "__resnorm_guard__", False):
+            return
+        guarded = _refusing(original, what, arg, key)
+        for owner in owners:
+            if getattr(owner, name, None) is original:
+                setattr(owner, name, guarded)
+                patched.append((owner, name))
+
+    patch([torch.jit._script, torch.jit], "script", "torch.jit.script", 0, "obj")
+    patch([torch.jit._recursive], "create_script_module", "torch.jit.script", 0, "nn_module")
+    patch([torch.jit._trace, torch.jit], "trace", "torch.jit.trace", 0, "func")
+    patch([torch.jit._trace, torch.jit], "trace_module", "torch.jit.trace_module", 0, "mod")
+    patch([torch], "compile", "torch.compile", 0, "model")
+    patch([torch._dynamo.eval_frame._TorchDynamoContext], "__call__", "torch._dynamo", 1, "fn")  # optimize(...)(layer)
+    patch([torch.export], "export", "torch.export.export", 0, "mod")
+    patch([torch.fx._symbolic_trace, torch.fx], "symbolic_trace", "torch.fx.symbolic_trace", 0, "root")
+    original_trace = torch.fx._symbolic_trace.Tracer.trace
+    if not getattr(original_trace, "__resnorm_guard__", False):
+        torch.fx._symbolic_trace.Tracer.trace = _refusing(original_trace, "torch.fx tracing", 1, "root")
+        patched.append((torch.fx._symbolic_trace.Tracer, "trace"))
+    return patched
