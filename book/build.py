@@ -176,7 +176,7 @@ def runtime_install(config: Path = ROOT / "_config.yml") -> str:
     base = yaml.safe_load(Path(config).read_text())["html"]["baseurl"].rstrip("/")
     return (f"In a fresh Python, in the unzipped student pack's folder:\n\n```bash\n{PIP_LINE}\n```\n\n"
             f"Where PyTorch's index is blocked, pip retries it silently for ten minutes and more: if the line "
-            f"seems stuck, stop it and run this one, which gives up on that index within seconds and takes "
+            f"seems stuck, stop it and run this one, which gives up on that index after a few minutes of 'WARNING: Retrying' lines (one or two per package) and takes "
             f"PyTorch from PyPI:\n\n```bash\n{PIP_LINE_QUICK}\n```\n\n"
             f"In Colab (or any hosted notebook), run this in the notebook's first cell, then restart "
             f"the runtime:\n\n```\n%pip install {base}/{WHEEL}\n```")

@@ -34,7 +34,7 @@ REQUIRES = ["torch>=2.5", "numpy", "matplotlib", "nbformat", "nbclient", "ipyker
 TORCH = "torch==2.13.0"  # the version the course is tested with
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PIP_LINE = f"pip install --extra-index-url {CPU_INDEX} {TORCH} jupyterlab ./{WHEEL}"
-#: the same, giving up on an unreachable index within seconds (pip then takes PyPI's torch)
+#: the same, giving up on an unreachable index after one retry per package (pip then takes PyPI's torch)
 PIP_LINE_QUICK = f"pip install --timeout 15 --retries 1 --extra-index-url {CPU_INDEX} {TORCH} jupyterlab ./{WHEEL}"
 #: without the extra index: PyPI's default torch build (on Linux, with CUDA's libraries)
 PIP_LINE_PYPI = f"pip install {TORCH} jupyterlab ./{WHEEL}"
@@ -79,7 +79,8 @@ minutes and more. Stop it (Ctrl-C) and run
 
     {pip_quick}
 
-which gives up on the unreachable index within seconds and takes PyTorch from PyPI, or leave the
+which gives up on the unreachable index after a few minutes of 'WARNING: Retrying' lines (one or two
+per package) and takes PyTorch from PyPI, or leave the
 index out yourself:
 
     {pip_pypi}

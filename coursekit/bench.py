@@ -212,16 +212,17 @@ it cannot compile here). **On the CPU** the input is float32 and small
 lines say which of the two you got.
 
 The columns: *fastest* and *median* are the fastest and the median time per call over the rounds;
-*vs torch* is your fastest time divided by torch eager's fastest, the one ratio the verdict under
-the table judges (load on a shared machine only ever adds time); *GB/s* counts the input's bytes read plus as many written, per second; *% of copy* is
-that bandwidth as a share of a plain copy of the input on the same device (100% is as fast as
-the memory allows). The points depend only on your row's *vs torch*, which must stay under the
-limit the report prints. The autograder times the same workload from outside your notebook, on
-its GPU when it has one."""
+*vs torch* is your fastest time divided by torch eager's fastest (load on a shared machine only ever
+adds time, so the fastest runs compare best); *GB/s* counts the input's bytes read plus as many
+written, per second; *% of copy* is that bandwidth as a share of a plain copy of the input on
+the same device (100% is as fast as the memory allows). The line under the table says where
+straightforward vectorized code usually lands. These times are for your information: no point
+depends on them. The autograder counts the same way, and times the same workload from outside
+your notebook, on its GPU when it has one."""
 
 #: what each column of :func:`format_table` means, printed under it
 COLUMNS = ("fastest, median: time per call over the rounds; vs torch: fastest over torch eager's fastest "
-           "(the ratio the verdict judges); GB/s (at the median): bytes of the input "
+           "(for information: the points come from the count of work); GB/s (at the median): bytes of the input "
            "read plus the same bytes written, per second; % of copy: that bandwidth as a share of a "
            "plain copy of the input on the same device (100% = as fast as memory allows)")
 

@@ -156,8 +156,20 @@ class ByHand:
         self.owner = owner
 
     def __enter__(self):
+        import secrets
+
+        from torch.autograd import profiler_legacy
         from torch.autograd.variable import Variable
         self._seen = len(SEEN)
+        # autograd's own record, below Python: the legacy profiler notes every backward node autograd's
+        # engine evaluates (whatever Python object started it: a fresh ImperativeEngine too) and every
+        # forward-AD op, with torch function and dispatch modes switched off or not; a marker shows
+        # that the session read at the end is this one
+        self._prof = profiler_legacy.profile()
+        self._prof.__enter__()
+        self._marker = f"resnorm-by-hand-{secrets.token_hex(6)}"
+        with torch.autograd.profiler.record_function(self._marker):
+            pass
         self._engine = Variable.__dict__.get("_execution_engine")
         self._gate = _EngineGate(self._engine, self.owner)
         Variable._execution_engine = self._gate
@@ -166,10 +178,28 @@ class ByHand:
             m.__enter__()
         return self
 
+    def _profiled(self) -> None:
+        """What the profiler saw (see ``__enter__``), into :data:`SEEN`."""
+        try:
+            self._prof.__exit__(None, None, None)
+            names = {e.name for e in self._prof.function_events}
+        except Exception:  # noqa: BLE001 -- the session was stopped by the code that ran
+            SEEN.append((self.owner, "the profiler that records autograd was stopped"))
+            return
+        if self._marker not in names:
+            SEEN.append((self.owner, "the profiler that records autograd was replaced"))
+        engine = sorted(n for n in names if n.startswith("autograd::engine::evaluate_function"))
+        dual = sorted(n for n in names if n.startswith("aten::") and n[6:] in AUTOGRAD_OPS)
+        if engine:
+            SEEN.append((self.owner, f"a backward pass of autograd's engine ({engine[0].split(': ')[-1]})"))
+        elif dual:
+            SEEN.append((self.owner, f"forward-mode AD ({dual[0][6:]})"))
+
     def __exit__(self, *exc):
         from torch.autograd.variable import Variable
         for m in reversed(self._spies):
             m.__exit__(*exc)
+        self._profiled()
         gate = Variable.__dict__.get("_execution_engine")
         Variable._execution_engine = self._engine
         if gate is not self._gate and exc[0] is None:

@@ -225,8 +225,8 @@ class BlockZeroIsIdentity:
             _, n = parts(seed, kind)
             if p and y.shape == x.shape and dropped_pattern(y, x, p):
                 raise CheckFailed(f"{what} is wrong: {DROPOUT_ON_STREAM}")
-            expect_close(y, x, what=what, suspects={
-                POST_INSTEAD_OF_PRE: n(x),
+            expect_close(y, x, what=what, suspects={  # with F = 0 both mistakes give norm(x)
+                "it returns norm(x): either " + POST_INSTEAD_OF_PRE + ", or " + NORMED_RESIDUAL: n(x),
                 "residual_scale multiplies x: it should scale the branch only": s * x,
                 NO_RESIDUAL: 0 * x,
             })

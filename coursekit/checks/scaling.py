@@ -194,7 +194,8 @@ def judge(rec, gid: str, what: str, hint: str) -> None:
                 f"your {what} does more work per call as the number of {WHAT[dim]} grows: with {n0} {dim} one "
                 f"call ran {a['lines']} Python lines and {a['ops']} torch ops, with {n1} {dim} "
                 f"{b['lines']} lines and {b['ops']} ops. Vectorized code runs the same lines and ops "
-                f"whatever the size. {hint}. A Python loop pays the interpreter's overhead once per item.")
+                f"whatever the size. {hint[:1].upper() + hint[1:]}. A Python loop pays the interpreter's overhead "
+                "once per item.")
 
 
 def describe(rec) -> str:
