@@ -750,15 +750,22 @@ def _ctx_tensors(ctx) -> list:
 
 #: a list or tuple of at least this many numbers counts as a kept copy (a row's worth of floats)
 BLOB_MIN_ITEMS = 16
+#: an int or a str holding more than this many bytes counts as a kept copy (a name or a flag does not)
+BLOB_MIN_BYTES = 64
 
 
 def _blob(o):
     """``(key, nbytes)`` when ``o`` holds a copy of data outside torch (a numpy array, bytes,
-    bytearray, array.array, memoryview, a list or tuple of numbers), else None. A numpy array counts
+    bytearray, array.array, memoryview, a list or tuple of numbers, an int or a str of more than
+    :data:`BLOB_MIN_BYTES` bytes), else None. A numpy array counts
     as its whole base buffer, once; one that shares a tensor's memory is the tensor's (counted there)."""
     kind = type(o)
     if kind is bytes or kind is bytearray:
         return (id(o), len(o)) if len(o) else None
+    if kind is int and o.bit_length() > 8 * BLOB_MIN_BYTES:  # data packed into one big integer
+        return (id(o), (o.bit_length() + 7) // 8)
+    if kind is str and len(o) > BLOB_MIN_BYTES:  # data encoded as text (hex, base64, repr)
+        return (id(o), len(o.encode("utf-8", "surrogatepass")))
     if kind.__module__ == "numpy" and kind.__name__ == "ndarray":
         root = o
         while type(getattr(root, "base", None)).__name__ == "ndarray":
