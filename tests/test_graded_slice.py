@@ -424,6 +424,18 @@ def test_the_budget_stops_slicing_at_its_deadline():
         slice_cells(cells + [Cell("added", "cell you added 1", _chain(2000))], deadline=time.monotonic() - 1)
 
 
+def test_the_review_stops_at_the_planning_deadline_too():
+    """The review of the slice runs in the planning thread under the same budget: past the deadline
+    it stops (a notebook of many nested definitions kept it running 100 s after its row was
+    written, the red team's a12), and without a deadline it reviews as before."""
+    import time
+    from autograder.intake.slicing import PlanningTimeout
+    sl = sliced([LN])
+    assert scan.review(sl) == []
+    with pytest.raises(PlanningTimeout):
+        scan.review(sl, deadline=time.monotonic() - 1)
+
+
 def test_code_too_deep_to_read_runs_as_written_in_an_answer_cell_and_is_flagged_and_not_in_an_added_cell():
     deep = with_forward("x" + ".real" * 600)
     sl = sliced([deep], ["y = LayerNorm" + ".a" * 600 + "\n"])
