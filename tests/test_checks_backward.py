@@ -148,6 +148,9 @@ def test_the_cpu_benchmark_says_its_numbers_are_cpu_numbers(capsys):
     assert "these are CPU numbers" in out and "(1024, 256)" in out and "passed backward_benchmark" in out
 
 
+from test_bench import work  # noqa: E402 -- the count records, one place
+
+
 def test_the_gpu_benchmark_judges_the_first_rows_of_grad_x(monkeypatch, capsys):
     """On CUDA the judge used to skip the gradient check: three wrong backwards passed the benchmark
     on an H100 (tools.gpu_check --wrong). The judge now draws the inputs again on the device and
@@ -163,7 +166,7 @@ def test_the_gpu_benchmark_judges_the_first_rows_of_grad_x(monkeypatch, capsys):
     rounds = [1e-3] * bk.REPEAT
     record = {"device": "NVIDIA Test GPU", "cuda": True, "shape": list(bk.CUDA_SHAPE), "dtype": "bfloat16",
               "times": {"yours": rounds, "eager": rounds, "torch.compile(eager)": rounds}, "copy": 1e-4,
-              "ops": [], "notes": [], "grad_x": right.to(torch.bfloat16).float()}
+              "ops": [], "notes": [], "grad_x": right.to(torch.bfloat16).float(), "work": work(bk.GID)}
     bk.BackwardBenchmark.judge(record)
     assert "CUDA, bfloat16" in capsys.readouterr().out
     for mistake, wrong in bk.fused_grad_mistakes(*(t.double() for t in (x, r, w)), 1e-6, gy.double(),
