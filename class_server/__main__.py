@@ -1,7 +1,7 @@
 """python -m class_server up ROSTER [--dir DIR] [--ip IP] [--port PORT]   (as root)
 python -m class_server down [--dir DIR] [--remove-users] [--purge]
-python -m class_server env --dir DIR [--exchange ROOT]   (as root: the students' Python on a shared
-                                                          machine without the hub)"""
+python -m class_server env --dir DIR [--exchange ROOT] [--instructor USER] [--group GROUP]
+    (as root: the students' Python on a shared machine without the hub, and its exchange)"""
 from __future__ import annotations
 
 import argparse
@@ -30,10 +30,12 @@ def main(argv=None) -> int:
     e.add_argument("--dir", type=Path, required=True, help="where to build it (e.g. /opt/resnorm)")
     e.add_argument("--exchange", type=Path, default=DEFAULT_EXCHANGE,
                    help=f"nbgrader's exchange root, as in the course's nbgrader_config.py (default {DEFAULT_EXCHANGE})")
+    e.add_argument("--instructor", default="root", help="who owns the course's folder in the exchange (default root)")
+    e.add_argument("--group", default=None, help="the instructors' group (default: the instructor's own group)")
     a = ap.parse_args(argv)
     try:
         if a.cmd == "env":
-            venv = student_env(a.dir, a.exchange)
+            venv = student_env(a.dir, a.exchange, a.instructor, a.group)
             print(f"students run {venv / 'bin' / 'nbgrader'} (fetch_assignment, submit, fetch_feedback; "
                   f"--course=resnorm) or {venv / 'bin' / 'jupyter'} lab; exchange {a.exchange}")
         elif a.cmd == "up":

@@ -343,14 +343,21 @@ def build_env(class_dir: Path) -> Path:
 DEFAULT_EXCHANGE = Path("/usr/local/share/nbgrader/exchange")  # nbgrader's default, and the course's
 
 
-def student_env(env_dir: Path, exchange: Path = DEFAULT_EXCHANGE) -> Path:
+def student_env(env_dir: Path, exchange: Path = DEFAULT_EXCHANGE, instructor: str = "root",
+                group: str | None = None) -> Path:
     """The students' Python on a shared machine without the class server (``python -m class_server
     env``, as root): ``ENV_DIR/venv``, the class server's environment (:func:`build_env`: nbgrader,
     JupyterLab, torch and the course's runtime, runnable by every user), configured for the exchange
     at ``exchange`` in its own ``etc/jupyter/nbgrader_config.py``, which nbgrader and Jupyter read
     from any Python's prefix. Students run ``ENV_DIR/venv/bin/nbgrader ...`` or
     ``ENV_DIR/venv/bin/jupyter lab``; the course's ``.venv`` is not for them (its interpreter may
-    live where only its owner can read, e.g. a pyenv under /root). Returns the venv."""
+    live where only its owner can read, e.g. a pyenv under /root). The exchange is made as the class
+    server makes its own (:func:`harden_exchange`: a sticky root, the course's folder the
+    ``instructor``'s, in ``group``, default the instructor's own), and students' submissions are
+    readable by the instructors only (``class_server_exchange.PrivateSubmit``). Returns the venv."""
+    pw = pwd.getpwnam(instructor)
+    gid = grp.getgrnam(group).gr_gid if group else pw.pw_gid
+    harden_exchange(Path(exchange), pw.pw_uid, gid)
     env_dir = Path(env_dir).resolve()
     env_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(env_dir, 0o755)
@@ -363,7 +370,9 @@ def student_env(env_dir: Path, exchange: Path = DEFAULT_EXCHANGE) -> Path:
         "# The students' nbgrader on this machine (python -m class_server env): the course's exchange.\n"
         "c = get_config()  # noqa: F821\n"
         f"c.Exchange.root = {str(exchange)!r}\n"
-        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n")
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        "# submissions only the instructors can read (class_server/exchange.py)\n"
+        "c.ExchangeFactory.submit = 'class_server_exchange.PrivateSubmit'\n")
     os.chmod(conf, 0o644)
     return venv
 
@@ -430,18 +439,21 @@ def make_course(class_dir: Path, group: str, exchange: Path) -> Path:
 
 
 def make_exchange(class_dir: Path, group: str, first_instructor: str) -> Path:
-    """nbgrader's exchange for a multi-user hub: a root everyone may write (sticky, so nobody
-    renames or removes another's entry), and the course's folder owned by the instructors."""
-    exchange = class_dir / "exchange"
-    exchange.mkdir(exist_ok=True)
-    os.chown(exchange, 0, 0)
-    os.chmod(exchange, 0o1777)
+    """nbgrader's exchange for a multi-user hub: see :func:`harden_exchange`."""
+    return harden_exchange(class_dir / "exchange", pwd.getpwnam(first_instructor).pw_uid, grp.getgrnam(group).gr_gid)
+
+
+def harden_exchange(exchange: Path, uid: int, gid: int) -> Path:
+    """nbgrader's exchange for several users on one machine: a root everyone may write (sticky, so
+    nobody renames or removes another's entry, the course's folder included), the course's folder
+    owned by the instructor ``uid`` and group ``gid``, and its ``inbound/`` as below."""
+    exchange.mkdir(parents=True, exist_ok=True)
+    secure_chown(exchange, 0, 0, 0o1777, folder=True)
     mine = exchange / COURSE_ID  # in a folder everyone writes: what is there may be anyone's link
     try:
         mine.mkdir()
     except FileExistsError:
         pass
-    uid, gid = pwd.getpwnam(first_instructor).pw_uid, grp.getgrnam(group).gr_gid
     secure_chown(mine, uid, gid, 0o2775, folder=True)
     # inbound/ as nbgrader's release_assignment makes it for a shared course (students write, do not
     # list; setgid: each submission gets the instructors' group), plus the sticky bit: a student who

@@ -4,7 +4,9 @@
 ``DIR/venv``, runnable by every user, configured for the exchange. A real unix account (made here,
 removed afterwards) fetches the assignment the instructor released and submits it with
 ``DIR/venv/bin/nbgrader``, given no option but the course id; the instructor's ``nbgrader collect``
-then finds the submission under that account's name. The course's own ``.venv`` is what students
+then finds the submission under that account's name. The exchange is made as the class server makes
+its own: the student cannot rename the course's folder in it (a student who could would receive the
+others' submissions), and the submission is readable by the instructors only. The course's own ``.venv`` is what students
 could not use: its interpreter may live where only its owner can read (a pyenv under /root), and
 then every command in it fails with "Permission denied" for them (printed here, not asserted: on
 a machine whose Python everyone can run it works).
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -54,13 +57,15 @@ def test_a_student_account_fetches_and_submits_with_the_students_python(account)
         os.chmod(base, 0o755)
         exchange = base / "exchange"
         exchange.mkdir()
-        os.chmod(exchange, 0o1777)
+        os.chmod(exchange, 0o777)  # as stock nbgrader's release_assignment leaves a new one: env mends it
         made = subprocess.run([sys.executable, "-m", "class_server", "env", "--dir", str(base / "env"),
                                "--exchange", str(exchange)], capture_output=True, text=True, cwd=ROOT,
                               env=venv_env(), timeout=600)
         assert made.returncode == 0, made.stderr[-3000:]
         nbgrader = base / "env" / "venv" / "bin" / "nbgrader"
         assert str(nbgrader) in made.stdout, made.stdout
+        assert stat.S_IMODE(exchange.stat().st_mode) == 0o1777 and exchange.stat().st_uid == 0
+        assert (exchange / "resnorm").stat().st_uid == 0
 
         course = scratch_course(base)
         shutil.copytree(ROOT / "exercises", course / "exercises")
@@ -88,6 +93,10 @@ def test_a_student_account_fetches_and_submits_with_the_students_python(account)
         assert listed.returncode == 0 and A in listed.stdout + listed.stderr, listed.stderr[-2000:]
         submitted = _as_student([nbgrader, "submit", A, "--course=resnorm"], account)
         assert submitted.returncode == 0, submitted.stderr[-3000:]
+        moved = _as_student(["mv", exchange / "resnorm", exchange / "mine"], account)
+        assert moved.returncode != 0 and (exchange / "resnorm").is_dir(), moved.stderr
+        [entry] = [p for p in (exchange / "resnorm" / "inbound").iterdir() if p.name.startswith(USER + "+")]
+        assert stat.S_IMODE(entry.stat().st_mode) & 0o007 == 0, oct(entry.stat().st_mode)  # not the others'
 
         instructor("collect", A)
         got = course / "submitted" / USER / A / f"{NB}.ipynb"
