@@ -27,7 +27,7 @@ c.CourseDirectory.release_directory = "exercises"
 # Set here, once, so that every nbgrader command run in this folder and the formgrader (`jupyter lab`
 # started here) use the same one; never pass --Exchange.root to only some commands. This is
 # nbgrader's default; on a shared machine change it here, and give the students the same
-# `c.Exchange.root` in their own nbgrader_config.py (README, "From release to feedback").
+# `c.Exchange.root` in their own nbgrader_config.py (docs/nbgrader_course.md, "From release to feedback with nbgrader").
 c.Exchange.root = "/usr/local/share/nbgrader/exchange"
 # Feedback for a notebook handed in under another name (backward.ipynb in 01_layernorm/) is also
 # released under that name: the student's fetch_feedback looks for the names it handed in
