@@ -319,13 +319,15 @@ print("RESULT", outcome("layernorm_benchmark", ns) or "passed")
 
 
 def test_the_observers_name_what_they_saw(graded):
-    """The observers inside the sandbox (autograder/inside/observers.py): a guard released and a
-    spy swapped through aliases, found before the probe, and an audit event during the probe (the
+    """The observers inside the sandbox (autograder/inside/observers.py): a spy swapped through
+    aliases (and the sealed kernel block released, to no effect), found before the probe, and an audit event during the probe (the
     student's sys._getframe) cost the tests, each message naming what was seen; honest rows
     (torch.compile among them) carry no audit event."""
     res, rows = graded["results"], graded["rows"]
     msgs = [t["message"] for t in res["hostile-guards_off_through_aliases"]["tests"]]
-    assert all("OpRecorder was replaced" in m and "kernels was released" in m for m in msgs), msgs
+    # the block on torch's kernels is sealed in the sandbox: releasing it changes nothing (the kernel
+    # still raises, which the probe reports too); replacing the recorder is seen
+    assert all("OpRecorder was replaced" in m for m in msgs), msgs
     tests = {t["grade_id"]: t for t in res["hostile-frames_during_probe"]["tests"]}
     assert "sys._getframe" in tests["layernorm_matches_torch"]["message"], tests["layernorm_matches_torch"]
     for sid, row in rows.items():

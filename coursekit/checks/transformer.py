@@ -733,6 +733,10 @@ def block_layer_compilers() -> list:
     import torch._dynamo
     import torch._dynamo.eval_frame
 
+    # dynamo wraps torch.jit.trace, trace_module and Tracer.trace once, at its first compile
+    # (TorchPatcher.patch, cached): done now, so that the guards below wrap its versions and stay
+    # in place when the notebook compiles its own code
+    torch._dynamo.eval_frame.TorchPatcher.patch()
     patched = []
 
     def patch(owners, name, what, arg=0, key=None):
