@@ -756,8 +756,8 @@ BLOB_MIN_BYTES = 64
 
 def _blob(o):
     """``(key, nbytes)`` when ``o`` holds a copy of data outside torch (a numpy array, bytes,
-    bytearray, array.array, memoryview, a list or tuple of numbers, an int or a str of more than
-    :data:`BLOB_MIN_BYTES` bytes), else None. A numpy array counts
+    bytearray, array.array, memoryview, a list, tuple, dict or set holding at least
+    :data:`BLOB_MIN_ITEMS` numbers, an int or a str of more than :data:`BLOB_MIN_BYTES` bytes), else None. A numpy array counts
     as its whole base buffer, once; one that shares a tensor's memory is the tensor's (counted there)."""
     kind = type(o)
     if kind is bytes or kind is bytearray:
@@ -780,10 +780,13 @@ def _blob(o):
             return (id(o.obj), o.nbytes) if o.nbytes else None
         except ValueError:  # released
             return None
-    if (kind is list or kind is tuple) and len(o) >= BLOB_MIN_ITEMS and \
-            all(type(v) in (float, complex) for v in o[:BLOB_MIN_ITEMS]):
+    if kind in (list, tuple, dict, set, frozenset) and len(o) >= BLOB_MIN_ITEMS:
+        import numbers
         import sys
-        return (id(o), sys.getsizeof(o) + sum(sys.getsizeof(v) for v in o))
+        items = list(o.values()) if kind is dict else list(o)
+        nums = [v for v in items if isinstance(v, numbers.Number) and not isinstance(v, bool)]
+        if len(nums) >= BLOB_MIN_ITEMS:  # a row's worth of numbers, whatever else is among them
+            return (id(o), sys.getsizeof(o) + sum(sys.getsizeof(v) for v in nums))
     return None
 
 
@@ -802,7 +805,7 @@ def _ctx_walk(ctx):
         b = _blob(o)
         if b is not None:
             blobs.setdefault(*b)
-            if not isinstance(o, (list, tuple)):
+            if not isinstance(o, (list, tuple, dict, set, frozenset)):  # a container may hold tensors too
                 continue
         if isinstance(o, dict):
             todo += list(o.keys()) + list(o.values())
