@@ -235,7 +235,8 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.cell_errors = protocol.bound_cell_errors(tr.cell_errors)
     o.tests = judge_records(tests, tr.records, plan, tr.served, tr.observed, draw=draw)
     # the student's audit events in ordinary cells (autograder/inside/observers.py): for a person
-    o.review = (o.review + [f"audit event: {e}" for e in tr.cell_events] + slow_benchmarks(o.tests))[:MAX_REVIEW]
+    o.review = (o.review + [e if e.startswith("threads your notebook started") else f"audit event: {e}"
+                            for e in tr.cell_events] + slow_benchmarks(o.tests))[:MAX_REVIEW]
     o.score = sum(t.points for t in o.tests)
     if tr.disk_full:
         o.notes.append(f"your code filled the sandbox's writable space ({limits.tmp_mb} MB in the working "

@@ -245,6 +245,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
             for name in step.get("needs") or []:
                 probed.setdefault(name, []).append(shell.user_ns.get(name, _MISSING))
             frozen = _stop_others(isolated)  # no process of the notebook's answers for it while it is tested
+            beside = _threads_beside()
             before = obs.probe_start(gid)  # the observers watch every call the grader asks for
             signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, test_s)
@@ -256,12 +257,14 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                 signal.setitimer(signal.ITIMER_REAL, 0)
             seen = obs.probe_end(step.get("nonce"))
             _resume(frozen)
-            observed = {"events": seen["events"], "problems": before + seen["problems"], "nonce": seen["nonce"]}
+            observed = {"events": seen["events"], "problems": before + seen["problems"], "nonce": seen["nonce"],
+                        "threads": beside}
             send(record_frame({"ok": False, "error": "CheckFailed", "message": "refereed", "where": ""},
                               {"event": "test", "n": n, "observed": observed}))
             continue
         check = tests.get(gid)
         frozen = _stop_others(isolated)
+        beside = _threads_beside()
         before = obs.probe_start(gid)
         bench = check is not None and check.kind == "benchmark"
         if check is None:
@@ -298,7 +301,8 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                 signal.setitimer(signal.ITIMER_REAL, 0)
         seen = obs.probe_end(step.get("nonce"))
         _resume(frozen)
-        observed = {"events": seen["events"], "problems": before + seen["problems"], "nonce": seen["nonce"]}
+        observed = {"events": seen["events"], "problems": before + seen["problems"], "nonce": seen["nonce"],
+                        "threads": beside}
         try:
             frame = record_frame(rec, {"event": "test", "n": n, "observed": observed})
         except Exception as e:  # noqa: BLE001 -- e.g. a probe result that cannot be encoded
@@ -399,6 +403,16 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
             if isinstance(e, (KeyboardInterrupt, CellTimeout)):
                 raise
             send(pack_value({"error": f"{type(e).__name__}: {str(e)[:500]}"}))
+
+
+def _threads_beside() -> list:
+    """The live threads the notebook started (coursekit.checks.threads), named for the grader: a
+    review reason (autograder.referee.protocol), never a point."""
+    try:
+        from coursekit.checks.threads import foreign_threads
+        return foreign_threads()[:8]
+    except Exception:  # noqa: BLE001 -- the course's checks could not be imported: nothing to name
+        return []
 
 
 def _ppid(pid):

@@ -157,6 +157,18 @@ def observations(obs, nonce) -> list:
     return list(dict.fromkeys(out))[:MAX_OBSERVED]
 
 
+def _threads_beside(tr, obs, step) -> None:
+    """Threads the notebook started that were alive while a test ran (the harness names them): work
+    in another thread is not what the in-process observers watch, so a person should look. A review
+    reason, once per submission; it costs no point."""
+    names = [str(t)[:60] for t in (obs.get("threads") or [])][:4] if isinstance(obs, dict) and \
+        isinstance(obs.get("threads"), list) else []
+    if names and not any(e.startswith("threads your notebook started") for e in tr.cell_events):
+        tr.cell_events.append(f"threads your notebook started were alive while the tests ran ({', '.join(names)}, "
+                              f"first at {str(step.get('grade_id', ''))[:60]}): work done in another thread is "
+                              "not what the grader's observers watch")
+
+
 def send(stdin, obj) -> None:
     try:
         stdin.write((json.dumps(obj) + "\n").encode())
@@ -241,6 +253,7 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
                     send(stdin, {"op": "end"})
                     msg, _ = expect("test", n, step_s)  # what the observers saw while it answered
                     tr.observed[index] = observations(msg.get("observed"), nonce)
+                    _threads_beside(tr, msg.get("observed"), step)
                     spent("tests")
                     tr.answered = n + 1
                     continue
@@ -258,6 +271,7 @@ def converse(stdin, ch: Channel, steps: list[dict], job: dict, *, step_s: float,
                 msg, arrays = expect("test", n, step_s)
                 spent("tests")
                 tr.observed[index] = observations(msg.get("observed"), nonce)
+                _threads_beside(tr, msg.get("observed"), step)
                 try:
                     tr.records[index] = wire.check_record(msg.get("record"), arrays)
                 except wire.WireError as e:
