@@ -78,7 +78,8 @@ REVIEW_ATTRS = {
     "_modules": "another object's submodules", "multiprocessing": "processes",
     "modules": "every imported module (sys.modules)", "meta_path": "the import system",
     "path_hooks": "the import system", "settrace": "tracing other code", "setprofile": "tracing other code",
-    "addaudithook": "audit hooks", "attrgetter": "a lookup by a computed name",
+    "gettrace": "whether the code is being traced (the benchmark counts with a tracer)",
+    "getprofile": "whether the code is being profiled", "addaudithook": "audit hooks", "attrgetter": "a lookup by a computed name",
     "methodcaller": "a call by a computed name",
 }
 #: attributes of torch that only count under torch (``torch.ops``, ``torch.library``)
@@ -93,7 +94,8 @@ MODULE_ATTRS = frozenset({"sys", "os", "gc", "inspect", "importlib", "ctypes", "
                           "multiprocessing", "builtins", "marshal", "pickle", "socket", "_thread", "posix",
                           "concurrent", "shutil", "io", "pathlib", "types", "linecache", "dis"})
 #: attributes of sys that only count under sys (``sys.modules``; a model's ``.modules()`` is fine)
-SYS_ONLY_ATTRS = frozenset({"modules", "meta_path", "path_hooks", "settrace", "setprofile", "addaudithook"})
+SYS_ONLY_ATTRS = frozenset({"modules", "meta_path", "path_hooks", "settrace", "setprofile", "gettrace", "getprofile",
+                            "addaudithook"})
 #: builtins that run or look up code, files or namespaces
 REVIEW_BUILTINS = {"exec": "runs a string as code", "eval": "runs a string as code",
                    "compile": "compiles a string as code", "__import__": "imports by a computed name",
