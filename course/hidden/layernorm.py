@@ -177,8 +177,7 @@ ARG_CASES = (  # the first case a wrong version fails names its mistake: list fo
 
 
 register_forms_check(
-    "layernorm_argument_forms",
-    "normalized_shape as an int, a list or a torch.Size; eps and elementwise_affine by position; no weight and bias (elementwise_affine=False); no bias (bias=False)",
+    "layernorm_argument_forms", "normalized_shape as an int, a list or a torch.Size; eps and elementwise_affine by position; no weight and bias (elementwise_affine=False); no bias (bias=False)",
     LN, ARG_CASES)
 
 
@@ -205,8 +204,7 @@ EDGE_CASES = (
 
 
 register_forms_check(
-    "layernorm_edge_shapes",
-    "D = 1, an empty batch (0 rows), normalized_shape covering the whole input, and non-contiguous inputs (transposed or sliced views)",
+    "layernorm_edge_shapes", "D = 1, an empty batch (0 rows), normalized_shape covering the whole input, and non-contiguous inputs (transposed or sliced views)",
     LN, EDGE_CASES)
 
 
@@ -218,8 +216,7 @@ HALF_GRAD_SPECS = (  # seed, input shape, normalized_shape, input kwargs; values
 
 
 register_half_gradients_check(
-    "layernorm_half_gradients",
-    "float16 and bfloat16 gradients with respect to the input, weight and bias: in their tensors' dtype, close to torch.nn.LayerNorm's in the same dtype",
+    "layernorm_half_gradients", "float16 and bfloat16 gradients with respect to the input, weight and bias: in their tensors' dtype, close to torch.nn.LayerNorm's in the same dtype",
     LN, HALF_GRAD_SPECS,
     " The backward pass must not overflow either: compute it from float32 statistics (autograd does, "
     "through h = x.float(); a hand-written backward must upcast too), then cast the gradient back.")

@@ -156,8 +156,7 @@ ARG_CASES = (  # the first case a wrong version fails names its mistake: list fo
 
 
 register_forms_check(
-    "rmsnorm_argument_forms",
-    "normalized_shape as an int, a list or a torch.Size; eps and elementwise_affine by position; no weight (elementwise_affine=False)",
+    "rmsnorm_argument_forms", "normalized_shape as an int, a list or a torch.Size; eps and elementwise_affine by position; no weight (elementwise_affine=False)",
     RMS, ARG_CASES)
 
 
@@ -184,8 +183,7 @@ EDGE_CASES = (
 
 
 register_forms_check(
-    "rmsnorm_edge_shapes",
-    "D = 1, an empty batch (0 rows), normalized_shape covering the whole input, and non-contiguous inputs (transposed or sliced views)",
+    "rmsnorm_edge_shapes", "D = 1, an empty batch (0 rows), normalized_shape covering the whole input, and non-contiguous inputs (transposed or sliced views)",
     RMS, EDGE_CASES)
 
 
@@ -197,8 +195,7 @@ HALF_GRAD_SPECS = (  # seed, input shape, normalized_shape, input kwargs; values
 
 
 register_half_gradients_check(
-    "rmsnorm_half_gradients",
-    "float16 and bfloat16 gradients with respect to the input and weight: in their tensors' dtype, close to torch.nn.RMSNorm's in the same dtype",
+    "rmsnorm_half_gradients", "float16 and bfloat16 gradients with respect to the input and weight: in their tensors' dtype, close to torch.nn.RMSNorm's in the same dtype",
     RMS, HALF_GRAD_SPECS,
     " The backward pass must not overflow either: compute it from float32 statistics (autograd does, "
     "through h = x.float(); a hand-written backward must upcast too), then cast the gradient back.")
