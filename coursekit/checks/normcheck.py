@@ -328,6 +328,12 @@ def grads_case(ns, name: str, args, kw, x, vals, g, dtype=torch.float64) -> dict
     return {"y": y.detach(), "grads": grads, "kinds": kinds}
 
 
+@remotable
+def grads_cases(ns, name: str, cases, dtype) -> list:
+    """:func:`grads_case` on each case ``(args, kw, x, vals, g)`` in ``dtype``, in one call from the referee."""
+    return [grads_case(ns, name, *case, dtype=dtype) for case in cases]
+
+
 def grads_judge(out: list, name: str, cases, torch_module, suspects_fn=None) -> None:
     """Compare with torch's gradients; ``suspects_fn(x, vals, g, i)`` -> {message: wrong dx}."""
     tol = dict(atol=1e-5, rtol=1e-5)  # float32-precision statistics inside are fine
@@ -402,7 +408,6 @@ def make_view(x: torch.Tensor, view):
     return x[tuple(index)]
 
 
-@remotable
 def forward_form(ns, name: str, nshape, form: str, args, kwargs, vals, x, view=None):
     """The student's ``name(as_form(nshape, form), *args, **kwargs)`` with the weights ``vals``,
     applied to ``make_view(x, view)``."""
@@ -456,20 +461,37 @@ def _student_error(e: BaseException) -> str:
     return explain_error(rec)
 
 
+@remotable
+def forward_forms(ns, name: str, cases) -> list:
+    """:func:`forward_form` on each case ``(nshape, form, args, kwargs, vals, x, view)``, in one call
+    from the referee: ``{"y": output}`` per case, up to the first one the student's code raises on,
+    which gives ``{"raised": what it raised}`` and ends the list."""
+    out = []
+    for case in cases:
+        try:
+            out.append({"y": forward_form(ns, name, *case)})
+        except Exception as e:  # noqa: BLE001 -- the student's code may raise anything: the probe names the case
+            out.append({"raised": _student_error(e)})
+            break
+    return out
+
+
 def forms_probe(ns, norm: "NormSpec", cases) -> list:
     """Each case's output; a case the student's code raises on fails the check at once, saying which."""
     student_class(ns, norm.name)  # not a class: say so before any case
-    outs = []
+    calls = []
     for c in cases:
         w, b = c.affine()
         vals = {k: v for k, v in norm.values(c.seed + 1, c.nshape).items() if {"weight": w, "bias": b}[k]}
-        try:
-            outs.append(forward_form(ns, norm.name, c.nshape, c.form, c.args, c.kw, vals,
-                                     norm.input(c.seed, c.shape, c.xkw), c.view))
-        except Exception as e:  # noqa: BLE001 -- the student's code may raise anything: name the case
+        calls.append((c.nshape, c.form, c.args, c.kw, vals, norm.input(c.seed, c.shape, c.xkw), c.view))
+    got = forward_forms(ns, norm.name, calls)
+    if not isinstance(got, list) or not 0 < len(got) <= len(cases) or not all(isinstance(r, dict) for r in got):
+        raise CheckFailed("no result came back from your code")
+    for c, r in zip(cases, got):
+        if "raised" in r:
             raise CheckFailed(f"{c.call_str(norm.name)} on {c.input_str()}: "
-                              f"{_student_error(e).rstrip('.')}. {c.mistake}") from None
-    return outs
+                              f"{str(r['raised'])[:600].rstrip('.')}. {c.mistake}")
+    return [r.get("y") for r in got]
 
 
 def forms_judge(out, norm: "NormSpec", cases) -> None:
@@ -558,8 +580,7 @@ def register_half_gradients_check(grade_id: str, doc: str, norm: "NormSpec", spe
 
     def probe(ns):
         student_class(ns, norm.name)
-        return {str(d)[6:]: [grads_case(ns, norm.name, *case, dtype=d) for case in half_grad_cases(norm, specs, d)]
-                for d in dtypes}
+        return {str(d)[6:]: grads_cases(ns, norm.name, half_grad_cases(norm, specs, d), d) for d in dtypes}
 
     register_check(grade_id, doc, probe, lambda out: half_grads_judge(out, norm, specs, dtypes, hint),
                    needs=(norm.name,), forbidden_ops=NORM_OPS)
