@@ -437,6 +437,11 @@ class FormCase:
         w = bool(a.get("elementwise_affine", True))
         return w, w and bool(a.get("bias", True))
 
+    def values(self, norm: "NormSpec") -> dict:
+        """The seeded weights of the parameters this call has."""
+        present = dict(zip(("weight", "bias"), self.affine()))
+        return {k: v for k, v in norm.values(self.seed + 1, self.nshape).items() if present[k]}
+
     def call_str(self, name: str) -> str:
         parts = [repr(as_form(self.nshape, self.form))] + [repr(a) for a in self.args]
         parts += [f"{k}={v!r}" for k, v in self.kw.items()]
@@ -452,13 +457,9 @@ class FormCase:
 
 
 def _student_error(e: BaseException) -> str:
+    """What the student's code raised, as a failed test says it (:func:`coursekit.checks.explain_error`)."""
     from coursekit.checks import _student_frame, explain_error
-    from coursekit.checks.remote import StudentRaised
-    if isinstance(e, StudentRaised):
-        rec = {"error": e.error, "message": e.message, "where": e.where}
-    else:
-        rec = {"error": type(e).__name__, "message": str(e)[:300], "where": _student_frame(e.__traceback__)}
-    return explain_error(rec)
+    return explain_error({"error": type(e).__name__, "message": str(e)[:300], "where": _student_frame(e.__traceback__)})
 
 
 @remotable
@@ -481,9 +482,7 @@ def forms_probe(ns, norm: "NormSpec", cases) -> list:
     student_class(ns, norm.name)  # not a class: say so before any case
     calls = []
     for c in cases:
-        w, b = c.affine()
-        vals = {k: v for k, v in norm.values(c.seed + 1, c.nshape).items() if {"weight": w, "bias": b}[k]}
-        calls.append((c.nshape, c.form, c.args, c.kw, vals, norm.input(c.seed, c.shape, c.xkw), c.view))
+        calls.append((c.nshape, c.form, c.args, c.kw, c.values(norm), norm.input(c.seed, c.shape, c.xkw), c.view))
     got = forward_forms(ns, norm.name, calls)
     if not isinstance(got, list) or not 0 < len(got) <= len(cases) or not all(isinstance(r, dict) for r in got):
         raise CheckFailed("no result came back from your code")
@@ -500,10 +499,8 @@ def forms_judge(out, norm: "NormSpec", cases) -> None:
         if not args and "eps" not in kw:
             kw["eps"] = norm.eps  # torch.nn.RMSNorm's own default is not the contract's
         ref = norm.torch_cls(as_form(c.nshape, c.form), *args, **kw)
-        w, b = c.affine()
-        vals = {k: v for k, v in norm.values(c.seed + 1, c.nshape).items() if {"weight": w, "bias": b}[k]}
         with torch.no_grad():
-            for k, v in vals.items():
+            for k, v in c.values(norm).items():
                 getattr(ref, k).copy_(v)
         x = make_view(norm.input(c.seed, c.shape, c.xkw), c.view)
         want = ref(x).detach()
