@@ -88,3 +88,30 @@ def test_failure_messages_name_the_input():
     msg = outcome("layernorm_matches_torch", {"LayerNorm": Lazy})
     assert "LayerNorm(32) on an input of shape (4, 16, 32)" in msg
     assert "float16" in outcome("layernorm_half_precision", {"LayerNorm": Lazy})
+
+
+# --------------------------------------------------------------------------------------------
+# The half-precision gradient judges admit torch's own modules (their tolerance is not the
+# reference solution's accident)
+
+@pytest.mark.parametrize("exercise", [pytest.param("layernorm", marks=pytest.mark.layernorm),
+                                      pytest.param("rmsnorm", marks=pytest.mark.rmsnorm)])
+def test_torchs_own_half_precision_gradients_pass_the_judge(exercise):
+    import importlib
+    from coursekit.checks.normcheck import half_grad_cases, half_grads_judge
+    hidden = importlib.import_module(f"course.hidden.{exercise}")
+    norm = importlib.import_module(f"coursekit.checks.{exercise}")
+    spec = norm.LN if exercise == "layernorm" else norm.RMS
+    dtypes = (torch.float16, torch.bfloat16)
+    out = {}
+    for dtype in dtypes:
+        rows = []
+        for (args, kw, x, vals, g) in half_grad_cases(spec, hidden.HALF_GRAD_SPECS, dtype):
+            m = spec.torch_module(args[0], spec.eps, vals, dtype)
+            xr = x.clone().requires_grad_(True)
+            y = m(xr)
+            (y * g).sum().backward()
+            rows.append({"y": y.detach(), "grads": {"x": xr.grad, **{p: getattr(m, p).grad for p in vals}},
+                         "kinds": {p: "Parameter" for p in vals}})
+        out[str(dtype)[6:]] = rows
+    half_grads_judge(out, spec, hidden.HALF_GRAD_SPECS, dtypes, "")

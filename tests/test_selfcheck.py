@@ -36,8 +36,8 @@ def test_released_stub_fails_and_mentions_hidden_tests():
     assert "not implemented yet" in proc.stdout
     assert "[hidden test]" in proc.stdout and "your code must at least run here" in proc.stdout
     # the hidden tests' points are not counted as visible ones, with or without code in the stub
-    assert "0/4 visible tests pass (0 of 9 visible points). 4 hidden tests (6 points)" in proc.stdout
-    assert "4 of them cannot run your code yet" in proc.stdout
+    assert "0/4 visible tests pass (0 of 9 visible points). 7 hidden tests (9 points)" in proc.stdout
+    assert "7 of them cannot run your code yet" in proc.stdout
     assert "without encryption" not in proc.stdout + proc.stderr  # an IPC kernel: no TCP warning
 
 

@@ -12,9 +12,10 @@ from torch import nn
 from coursekit.checks import CheckFailed, frozen, register
 from coursekit.checks.compare import ANY, expect_close, paired
 from coursekit.checks.seeded import generator
-from coursekit.checks.normcheck import (build_norm, forward_case, call, detached_grad, expect_shape_dtype, randn,
-                                        register_forward_check, register_gradients_check, row_offsets,
-                                        set_params, student_class, trailing_dims, with_hint)
+from coursekit.checks.normcheck import (FormCase, build_norm, forward_case, call, detached_grad, expect_shape_dtype,
+                                        randn, register_forms_check, register_forward_check, register_gradients_check,
+                                        register_half_gradients_check, row_offsets, set_params, student_class,
+                                        trailing_dims, with_hint)
 from coursekit.checks.ops import NORM_OPS
 from coursekit.checks.rmsnorm import EPS, NAME, RMS, _weight, formula, suspects
 
@@ -133,3 +134,68 @@ class ScaleInvariance:
             expect_close(y_a, y.detach(), atol=1e-3, rtol=1e-3,
                          what=f"RMSNorm({d}) of {a:.3g} * x (seed {seed}): it should equal "
                               "RMSNorm(x), since dividing by the root mean square removes a; yours")
+
+
+FORM = ("normalized_shape may be an int, a tuple, a list or a torch.Size, as in torch.nn.RMSNorm: "
+        "keep it as tuple(normalized_shape) (an int n as (n,)).")
+POSITIONAL = ("The arguments may come by position, as torch.nn.RMSNorm's do: (normalized_shape, eps, "
+              "elementwise_affine), in that order.")
+NO_AFFINE = ("With elementwise_affine=False there is no weight (None): forward only normalizes, and must "
+             "not touch it (check `self.weight is not None` before scaling or reading its dtype).")
+
+ARG_CASES = (  # the first case a wrong version fails names its mistake: list forms first
+    FormCase(61, (2, 5, 3, 4), (3, 4), "list", mistake=FORM),
+    FormCase(62, (2, 5, 3, 4), (3, 4), "size", mistake=FORM),
+    FormCase(63, (4, 6, 10), (10,), "list", mistake=FORM),
+    FormCase(64, (4, 10), 10, "int", args=(0.1,), xkw=frozen(scale=0.3, spread=0.1), mistake=POSITIONAL),
+    FormCase(65, (3, 6, 16), 16, "int", kw=frozen(elementwise_affine=False), mistake=NO_AFFINE),
+    FormCase(66, (2, 4, 3, 5), (3, 5), "tuple", kw=frozen(elementwise_affine=False), mistake=NO_AFFINE),
+    FormCase(67, (3, 12), 12, "size", args=(0.1, False), xkw=frozen(scale=0.3, spread=0.1),
+             mistake=POSITIONAL + " " + NO_AFFINE),
+)
+
+
+register_forms_check(
+    "rmsnorm_argument_forms", "normalized_shape as an int, a list or a torch.Size; eps and elementwise_affine by position; no weight (elementwise_affine=False)",
+    RMS, ARG_CASES)
+
+
+D_ONE = ("With D = 1 a row is one number x, and the output is x / sqrt(x**2 + eps) * weight: nothing may "
+         "squeeze the normalized dim away.")
+EMPTY = ("An empty batch (0 rows) gives an empty output of the same shape, as torch's does: no "
+         "reshape with -1 next to a 0, no per-row loop that stacks nothing, no torch.vmap over 0 rows.")
+WHOLE = ("normalized_shape may cover the whole input (no leading dims at all): the mean of squares "
+         "then goes over all of it.")
+NON_CONTIGUOUS = ("The input may be a non-contiguous view (a transpose, a slice): .view() refuses those, "
+                  "so use .reshape() or reduce over the trailing dims directly.")
+
+EDGE_CASES = (
+    FormCase(71, (5, 1), 1, mistake=D_ONE),
+    FormCase(72, (2, 3, 1), (1,), "tuple", mistake=D_ONE),
+    FormCase(73, (0, 8), 8, mistake=EMPTY),
+    FormCase(74, (2, 0, 8), 8, mistake=EMPTY),
+    FormCase(75, (3, 4, 5), (3, 4, 5), "tuple", mistake=WHOLE),
+    FormCase(76, (12,), 12, mistake=WHOLE),
+    FormCase(77, (3, 16, 5), 16, view=("t", -1, -2), mistake=NON_CONTIGUOUS),
+    FormCase(78, (6, 4, 16), 16, view=("t", 0, 1), mistake=NON_CONTIGUOUS),
+    FormCase(79, (4, 6, 32), 16, view=("s", -1, 2), mistake=NON_CONTIGUOUS),
+)
+
+
+register_forms_check(
+    "rmsnorm_edge_shapes", "D = 1, an empty batch (0 rows), normalized_shape covering the whole input, and non-contiguous inputs (transposed or sliced views)",
+    RMS, EDGE_CASES)
+
+
+HALF_GRAD_SPECS = (  # seed, input shape, normalized_shape, input kwargs; values ~300 square past 65504
+    (81, (4, 8, 64), 64, frozen(scale=1.0)),
+    (82, (8, 128), 128, frozen(scale=300.0, spread=0.0)),
+    (83, (2, 3, 4, 6), (4, 6), frozen()),
+)
+
+
+register_half_gradients_check(
+    "rmsnorm_half_gradients", "float16 and bfloat16 gradients with respect to the input and weight: in their tensors' dtype, close to torch.nn.RMSNorm's in the same dtype",
+    RMS, HALF_GRAD_SPECS,
+    " The backward pass must not overflow either: compute it from float32 statistics (autograd does, "
+    "through h = x.float(); a hand-written backward must upcast too), then cast the gradient back.")

@@ -1,4 +1,4 @@
-"""Checks of exercise 01: ``LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True)``.
+"""Checks of exercise 01: ``LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True)``.
 
 The visible checks, each worth its own points: parameters, agreement with ``torch.nn.LayerNorm``,
 half precision (the hidden ones live with the instructor's code, in ``course.hidden``). The

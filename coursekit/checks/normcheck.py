@@ -9,7 +9,7 @@ contract's names (``weight``, ``bias``), the judge into torch's own module.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -204,9 +204,10 @@ def register_half_precision_check(grade_id: str, doc: str, norm: NormSpec, half_
 def _describe(m: nn.Module) -> dict:
     attrs = {}
     for name in ("weight", "bias"):
+        has = hasattr(m, name)
         v = getattr(m, name, None)
         attrs[name] = {
-            "kind": "Parameter" if isinstance(v, nn.Parameter) else
+            "kind": "absent" if not has else "Parameter" if isinstance(v, nn.Parameter) else
                     ("tensor" if isinstance(v, torch.Tensor) else type(v).__name__),
             "value": torch.Tensor.detach(v).clone() if isinstance(v, torch.Tensor) else None,
             "requires_grad": bool(v.requires_grad) if isinstance(v, torch.Tensor) else False,
@@ -262,6 +263,17 @@ def params_judge(out: dict, name: str, cases, torch_cls, torch_kw: dict) -> None
             if extra and not missing:
                 msg += f" ({', '.join(extra)} should not be there)"
             raise CheckFailed(msg)
+        for p in ("weight", "bias"):
+            kind = got["attrs"][p]["kind"]
+            if want["attrs"][p]["kind"] == "NoneType" and kind != "NoneType":
+                raise CheckFailed(
+                    f"{call_str}.{p} should be None, like torch.nn.{name}'s"
+                    + (f", but {p} is not an attribute at all: set self.{p} = None when the layer "
+                       "has none, so that code reading norm." + p + " (an init loop, an optimizer's "
+                       "param groups) works" if kind == "absent" else
+                       f", but it is a {kind}: with no {p} asked for, store None, not a stand-in "
+                       "of ones or zeros (code tests `norm." + p + " is not None` to find the "
+                       "learned parameters)"))
         if got["state_keys"] != want["state_keys"]:
             raise CheckFailed(f"{call_str}.state_dict() has keys {got['state_keys']}, "
                               f"expected {want['state_keys']} (like torch.nn.{name})")
@@ -297,9 +309,10 @@ def grads_probe(ns: dict, name: str, cases) -> list:
 
 
 @remotable
-def grads_case(ns, name: str, args, kw, x, vals, g) -> dict:
-    """One case of :func:`grads_probe`: the output, and the gradients of ``sum(y * g)``."""
-    m = student_class(ns, name)(*args, **kw).double()
+def grads_case(ns, name: str, args, kw, x, vals, g, dtype=torch.float64) -> dict:
+    """One case of :func:`grads_probe`: the output, and the gradients of ``sum(y * g)`` (the
+    module moved to ``dtype``, the input's)."""
+    m = student_class(ns, name)(*args, **kw).to(dtype)
     set_params(m, vals, name)
     x = x.clone().requires_grad_(True)
     y = call(m, x, name)
@@ -313,6 +326,12 @@ def grads_case(ns, name: str, args, kw, x, vals, g) -> dict:
         grads[p] = t.grad if isinstance(t, torch.Tensor) else None
         kinds[p] = "Parameter" if isinstance(t, nn.Parameter) else type(t).__name__
     return {"y": y.detach(), "grads": grads, "kinds": kinds}
+
+
+@remotable
+def grads_cases(ns, name: str, cases, dtype) -> list:
+    """:func:`grads_case` on each case ``(args, kw, x, vals, g)`` in ``dtype``, in one call from the referee."""
+    return [grads_case(ns, name, *case, dtype=dtype) for case in cases]
 
 
 def grads_judge(out: list, name: str, cases, torch_module, suspects_fn=None) -> None:
@@ -360,3 +379,205 @@ def detached_grad(fn, x, vals, g, detach) -> torch.Tensor:
     x = x.clone().requires_grad_(True)
     (fn(x, vals, detach) * g).sum().backward()
     return x.grad
+
+
+# --------------------------------------------------------------------------------------------
+# Argument forms and edge shapes: how the constructor is called, what the input looks like
+# --------------------------------------------------------------------------------------------
+
+def as_form(nshape, form: str):
+    """``normalized_shape`` as the contract lets a caller give it: ``int``, ``tuple``, ``list`` or
+    ``size`` (a ``torch.Size``; it is made where the student's code runs: on the wire it is a tuple)."""
+    n = (nshape,) if isinstance(nshape, int) else tuple(nshape)
+    if form == "int":
+        return n[0]
+    return {"tuple": n, "list": list(n), "size": torch.Size(n)}[form]
+
+
+def make_view(x: torch.Tensor, view):
+    """``x`` itself (``view`` None), or a view of it that is not contiguous: ``("t", a, b)``
+    transposes dims ``a`` and ``b``; ``("s", dim, step)`` takes every ``step``-th entry of ``dim``.
+    Views are made where the student's code runs: tensors cross the wire contiguous."""
+    if view is None:
+        return x
+    kind, a, b = view
+    if kind == "t":
+        return x.transpose(a, b)
+    index = [slice(None)] * x.dim()
+    index[a] = slice(None, None, b)
+    return x[tuple(index)]
+
+
+def forward_form(ns, name: str, nshape, form: str, args, kwargs, vals, x, view=None):
+    """The student's ``name(as_form(nshape, form), *args, **kwargs)`` with the weights ``vals``,
+    applied to ``make_view(x, view)``."""
+    m = student_class(ns, name)(as_form(nshape, form), *args, **kwargs)
+    if vals:
+        set_params(m, vals, name)
+    return call(m, make_view(x, view), name)
+
+
+@dataclass(frozen=True)
+class FormCase:
+    """One constructor call and one input: ``name(normalized_shape as form, *args, **kw)`` applied
+    to ``view`` of a seeded input of ``shape``; ``mistake``: what it means when this case fails."""
+    seed: int
+    shape: tuple
+    nshape: object
+    form: str = "int"
+    args: tuple = ()
+    kw: object = field(default_factory=frozen)
+    view: object = None
+    xkw: object = field(default_factory=frozen)
+    mistake: str = ""
+
+    def affine(self) -> tuple:
+        """(weight, bias) present, from elementwise_affine and bias given by position or keyword."""
+        a = dict(zip(("eps", "elementwise_affine", "bias"), self.args), **self.kw)
+        w = bool(a.get("elementwise_affine", True))
+        return w, w and bool(a.get("bias", True))
+
+    def values(self, norm: "NormSpec") -> dict:
+        """The seeded weights of the parameters this call has."""
+        present = dict(zip(("weight", "bias"), self.affine()))
+        return {k: v for k, v in norm.values(self.seed + 1, self.nshape).items() if present[k]}
+
+    def call_str(self, name: str) -> str:
+        parts = [repr(as_form(self.nshape, self.form))] + [repr(a) for a in self.args]
+        parts += [f"{k}={v!r}" for k, v in self.kw.items()]
+        return f"{name}({', '.join(parts)})"
+
+    def input_str(self) -> str:
+        shape = tuple(make_view(torch.empty(self.shape), self.view).shape)
+        if self.view is None:
+            return f"an input of shape {shape}"
+        kind, a, b = self.view
+        how = f"x.transpose({a}, {b})" if kind == "t" else f"every {b}th entry of dim {a}"
+        return f"an input of shape {shape} that is a non-contiguous view ({how})"
+
+
+def _student_error(e: BaseException) -> str:
+    """What the student's code raised, as a failed test says it (:func:`coursekit.checks.explain_error`)."""
+    from coursekit.checks import _student_frame, explain_error
+    return explain_error({"error": type(e).__name__, "message": str(e)[:300], "where": _student_frame(e.__traceback__)})
+
+
+@remotable
+def forward_forms(ns, name: str, cases) -> list:
+    """:func:`forward_form` on each case ``(nshape, form, args, kwargs, vals, x, view)``, in one call
+    from the referee: ``{"y": output}`` per case, up to the first one the student's code raises on,
+    which gives ``{"raised": what it raised}`` and ends the list."""
+    out = []
+    for case in cases:
+        try:
+            out.append({"y": forward_form(ns, name, *case)})
+        except Exception as e:  # noqa: BLE001 -- the student's code may raise anything: the probe names the case
+            out.append({"raised": _student_error(e)})
+            break
+    return out
+
+
+def forms_probe(ns, norm: "NormSpec", cases) -> list:
+    """Each case's output; a case the student's code raises on fails the check at once, saying which."""
+    student_class(ns, norm.name)  # not a class: say so before any case
+    calls = []
+    for c in cases:
+        calls.append((c.nshape, c.form, c.args, c.kw, c.values(norm), norm.input(c.seed, c.shape, c.xkw), c.view))
+    got = forward_forms(ns, norm.name, calls)
+    if not isinstance(got, list) or not 0 < len(got) <= len(cases) or not all(isinstance(r, dict) for r in got):
+        raise CheckFailed("no result came back from your code")
+    for c, r in zip(cases, got):
+        if "raised" in r:
+            raise CheckFailed(f"{c.call_str(norm.name)} on {c.input_str()}: "
+                              f"{str(r['raised'])[:600].rstrip('.')}. {c.mistake}")
+    return [r.get("y") for r in got]
+
+
+def forms_judge(out, norm: "NormSpec", cases) -> None:
+    for c, y in paired(cases, out):
+        args, kw = c.args, dict(c.kw)
+        if not args and "eps" not in kw:
+            kw["eps"] = norm.eps  # torch.nn.RMSNorm's own default is not the contract's
+        ref = norm.torch_cls(as_form(c.nshape, c.form), *args, **kw)
+        with torch.no_grad():
+            for k, v in c.values(norm).items():
+                getattr(ref, k).copy_(v)
+        x = make_view(norm.input(c.seed, c.shape, c.xkw), c.view)
+        want = ref(x).detach()
+        what = f"{c.call_str(norm.name)} on {c.input_str()}"
+        with_hint(lambda: expect_close(y, want, what=what), " " + c.mistake)
+
+
+def register_forms_check(grade_id: str, doc: str, norm: "NormSpec", cases) -> None:
+    """A check that the student's module matches torch's on each :class:`FormCase` (float32)."""
+    register_check(grade_id, doc, lambda ns: forms_probe(ns, norm, cases),
+                   lambda out: forms_judge(out, norm, cases), needs=(norm.name,), forbidden_ops=NORM_OPS)
+
+
+# --------------------------------------------------------------------------------------------
+# Gradients in float16 and bfloat16, against torch's module in the same dtype
+# --------------------------------------------------------------------------------------------
+
+def half_grad_cases(norm: "NormSpec", specs, dtype) -> tuple:
+    """(seed, input shape, normalized_shape, input kwargs) -> :func:`grads_case`'s inputs in ``dtype``."""
+    cases = []
+    for seed, shape, nshape, xkw in specs:
+        x = norm.input(seed, shape, xkw, dtype)
+        g = randn(seed + 2, *shape).to(dtype)
+        vals = {k: v.to(dtype) for k, v in norm.values(seed + 1, nshape).items()}
+        cases.append(((nshape,), frozen(), x, vals, g))
+    return tuple(cases)
+
+
+#: how far a half-precision gradient may be from float64 autograd of torch's module on the same
+#: (rounded) inputs: ``scale`` times the gradient's largest entry plus ``rtol`` of each entry. torch's
+#: own float16/bfloat16 modules on the CPU are within a third of this (they sum the parameters'
+#: gradients less exactly than a float32 autograd graph does), so both pass.
+HALF_GRAD_TOL = {torch.float16: dict(scale=2e-3, rtol=1e-2), torch.bfloat16: dict(scale=1.6e-2, rtol=2e-2)}
+
+
+def half_grads_want(norm: "NormSpec", nshape, x, vals, g) -> dict:
+    """float64 autograd of torch's module on the half-precision inputs: {"x", "weight", ...}."""
+    ref = norm.torch_cls(nshape, eps=norm.eps).double()
+    with torch.no_grad():
+        for p, v in vals.items():
+            getattr(ref, p).copy_(v.double())
+    xr = x.double().requires_grad_(True)
+    (ref(xr) * g.double()).sum().backward()
+    return {"x": xr.grad, **{p: getattr(ref, p).grad for p in vals}}
+
+
+def half_grads_judge(out, norm: "NormSpec", specs, dtypes, hint: str) -> None:
+    expect_structure(out, {str(d)[6:]: ANY for d in dtypes})
+    for dtype in dtypes:
+        cases = half_grad_cases(norm, specs, dtype)
+        tol = HALF_GRAD_TOL[dtype]
+        pairs = paired(cases, out[str(dtype)[6:]], lambda case: {"y": ANY, "grads": {"x": ANY, **{p: ANY for p in case[3]}},
+                                                                 "kinds": {p: ANY for p in case[3]}})
+        for ((args, kw, x, vals, g), got), (seed, shape, nshape, _) in zip(pairs, specs):
+            where = f"{norm.name}({nshape!r}) on an input of shape {tuple(shape)} ({str(dtype)[6:]})"
+            for key, want in half_grads_want(norm, nshape, x, vals, g).items():
+                label = "the input" if key == "x" else key
+                what = f"the gradient with respect to {label} ({where})"
+                gp = got["grads"][key]
+                if gp is None:
+                    raise CheckFailed(f"{norm.name}.{key}.grad is None after backward ({where}): make {key} an "
+                                      "nn.Parameter and use it in forward")
+                gp = expect_tensor(gp, what)
+                if gp.dtype != dtype:
+                    raise CheckFailed(f"{what} has dtype {gp.dtype}, expected {dtype}: a gradient has its "
+                                      "tensor's dtype")
+                atol = tol["scale"] * float(want.abs().max()) if want.numel() else 0.0
+                with_hint(lambda: expect_close(gp, want.to(dtype), what=what, atol=atol, rtol=tol["rtol"]), hint)
+
+
+def register_half_gradients_check(grade_id: str, doc: str, norm: "NormSpec", specs, hint: str) -> None:
+    """A check of the float16 and bfloat16 gradients (input and parameters) against torch's module's."""
+    dtypes = (torch.float16, torch.bfloat16)
+
+    def probe(ns):
+        student_class(ns, norm.name)
+        return {str(d)[6:]: grads_cases(ns, norm.name, half_grad_cases(norm, specs, d), d) for d in dtypes}
+
+    register_check(grade_id, doc, probe, lambda out: half_grads_judge(out, norm, specs, dtypes, hint),
+                   needs=(norm.name,), forbidden_ops=NORM_OPS)
