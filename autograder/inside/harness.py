@@ -125,6 +125,18 @@ def preload():
         import coursekit.checks.served  # noqa: F401
     except Exception:  # noqa: BLE001 -- main() says so when it matters
         pass
+    try:  # first uses that import or build torch's machinery lazily: once here, not in every child
+        from coursekit.checks import backward, scaling
+        x = torch.ones(2, 2)
+        with ops.OpRecorder():
+            (x * 2).sum()
+        with torch.inference_mode(), backward.ByHand("the harness's warm-up"):
+            x * 2
+        with scaling._OpCount():
+            x + 1
+        torch._dynamo.eval_frame.TorchPatcher.patch()
+    except Exception:  # noqa: BLE001 -- a warm-up only: the checks themselves say what fails
+        pass
     return torch
 
 
