@@ -41,25 +41,6 @@ from autograder.sandbox.slots import Child, SlotPool
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_REVIEW = 20  # review reasons kept per submission (each names its cell and line)
-#: a benchmark passed by its count of work but timed by the grader at more than this many times
-#: where vectorized code usually lands (coursekit.checks.benchmark.TYPICAL) is flagged for a person:
-#: the count and the clock disagree (code that works differently when counted, or in another thread).
-#: Honest code measured at most 28x against a typical 40x on a busy machine (docs/benchmark.md).
-SLOW_FLAG = 2.0
-
-
-def slow_benchmarks(tests) -> list[str]:
-    """Review reasons for benchmarks whose verdict (a count) and whose time disagree; no point changes."""
-    out = []
-    for t in tests:
-        d = t.detail or {}
-        ratio, typical = d.get("ratio"), d.get("typical")
-        if t.kind == "benchmark" and t.passed and isinstance(ratio, (int, float)) and typical \
-                and ratio > SLOW_FLAG * typical:
-            out.append(f"benchmark {t.grade_id}: passed by its count of work, but the grader timed it at {ratio:.0f}x "
-                       f"torch's, more than {SLOW_FLAG:g} times the {typical:g}x vectorized code usually takes: does "
-                       "the code work differently when it is counted, or in another thread?")
-    return out
 __all__ = ["Course", "Outcome", "TestResult", "grade_class", "grade_one"]
 #: a Canvas file marked late: ``<name>_LATE_<userid>_<submissionid>_<file>`` (autograder.intake.ingest.CANVAS)
 CANVAS_LATE = re.compile(r"^[^_/]+?_LATE_\d+_\d+_.+$")
@@ -236,7 +217,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     o.tests = judge_records(tests, tr.records, plan, tr.served, tr.observed, draw=draw)
     # the student's audit events in ordinary cells (autograder/inside/observers.py): for a person
     o.review = (o.review + [e if e.startswith("threads your notebook started") else f"audit event: {e}"
-                            for e in tr.cell_events] + slow_benchmarks(o.tests))[:MAX_REVIEW]
+                            for e in tr.cell_events])[:MAX_REVIEW]
     o.score = sum(t.points for t in o.tests)
     if tr.disk_full:
         o.notes.append(f"your code filled the sandbox's writable space ({limits.tmp_mb} MB in the working "
