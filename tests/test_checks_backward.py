@@ -260,38 +260,63 @@ def test_forward_mode_functorch_and_caught_autograd_are_stopped(fn):
         call_by_hand({"rmsnorm_backward": fn}, "rmsnorm_backward", x, x, torch.ones(8), torch.ones(3, 1))
 
 
-def test_a_thread_that_runs_autograd_for_the_function_is_refused():
-    """A QueueListener started before the probe whose handler runs torch.autograd.grad: the probe
-    refuses to run beside it (and autograd's engine is gated in every thread while it runs)."""
+def _listener(emit):
+    """A logging QueueListener (a thread started before the probe, as a notebook's module-level one
+    is) whose handler calls ``emit(record)``; and the queue it reads."""
     import logging
     import logging.handlers
     import queue
 
-    jobs, answers = queue.Queue(), queue.Queue()
-
-    class Helper(logging.Handler):
-        def emit(self, record):
-            g, x, w, rstd = record.payload
-            with torch.inference_mode(False), torch.enable_grad():
-                xs = x.clone().requires_grad_()
-                answers.put(torch.autograd.grad(xs * rstd * w, xs, g)[0])
-
-    Helper.__module__ = "__main__"  # as a notebook's class is
+    jobs = queue.Queue()
+    Helper = type("Helper", (logging.Handler,), {"emit": lambda self, record: emit(record), "__module__": "__main__"})
     listener = logging.handlers.QueueListener(jobs, Helper())
     listener.start()
-    try:
-        def via_thread(g, x, w, rstd):
-            rec = logging.makeLogRecord({"msg": "m"})
-            rec.payload = (g, x, w, rstd)
-            jobs.put(rec)
-            return answers.get(timeout=10), w
+    return listener, jobs
 
-        x = torch.randn(3, 8)
-        with pytest.raises(CheckFailed, match="not graded beside threads"):
+
+def test_a_thread_that_runs_autograd_for_the_function_is_seen_and_an_idle_one_costs_nothing():
+    """A QueueListener alive during the probe: one whose handler runs the backward pass on a fresh
+    engine (not the gated one) for the hand-written function is seen by autograd's record, read in
+    every thread while other threads are alive; one that only logs costs nothing."""
+    import logging
+    import queue
+
+    from torch.autograd.variable import ImperativeEngine
+
+    answers, engine = queue.Queue(), ImperativeEngine()
+
+    def by_autograd(record):
+        g, x, w, rstd = record.payload
+        with torch.inference_mode(False), torch.enable_grad():
+            xs = x.clone().requires_grad_()
+            answers.put(engine.run_backward((xs * rstd * w,), (g,), False, False, (xs,), True, False)[0])
+
+    def via_thread(g, x, w, rstd):
+        rec = logging.makeLogRecord({"msg": "m"})
+        rec.payload = (g, x, w, rstd)
+        jobs.put(rec)
+        return answers.get(timeout=10), w
+
+    x = torch.randn(3, 8)
+    listener, jobs = _listener(by_autograd)
+    try:
+        with pytest.raises(CheckFailed, match=r"rmsnorm_backward calls torch.autograd \(a backward pass of autograd's engine"):
             call_by_hand({"rmsnorm_backward": via_thread}, "rmsnorm_backward", x, x, torch.ones(8), torch.ones(3, 1))
     finally:
         listener.stop()
-    gx, _ = call_by_hand(_solution(), "rmsnorm_backward", x, x, torch.ones(8), torch.ones(3, 1))  # none left: runs
+    logged = []
+    listener, jobs = _listener(lambda record: logged.append(record.getMessage()))
+    try:
+        solution = _solution()["rmsnorm_backward"]
+
+        def logs(g, x, w, rstd):
+            jobs.put(logging.makeLogRecord({"msg": "rmsnorm_backward"}))
+            return solution(g, x, w, rstd)
+
+        gx, _ = call_by_hand({"rmsnorm_backward": logs}, "rmsnorm_backward", x, x, torch.ones(8), torch.ones(3, 1))
+    finally:
+        listener.stop()
+    assert logged == ["rmsnorm_backward"] and gx.shape == x.shape
 
 
 def test_fused_backward_is_held_to_by_hand():

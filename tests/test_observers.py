@@ -43,6 +43,12 @@ from coursekit.checks import threads
 out["student_thread"] = [v for v in threads.STARTED.values()]
 out["foreign"] = threads.foreign_threads()
 shell.run_cell("L.stop()", store_history=False)
+# torch's op records switched off in another thread, by a name the review cannot read; switched on
+cell("records_on", "torch.autograd._enable_record_function(True)")
+cell("records_off", "import threading\nf = getattr(torch._C._autograd, '_enable_' + 'record_function')\n"
+     "t = threading.Thread(target=lambda: f(False))\nt.start()\nt.join()")
+out["records_wrapped"] = torch.autograd._enable_record_function is torch._C._autograd._enable_record_function \
+    and torch.autograd._enable_record_function.__module__ == "observers"
 # a probe: nothing wrong, then an event during it, then a guard released in a cell
 out["clean_start"] = obs.probe_start("t1")
 out["clean_end"] = obs.probe_end(12345)
@@ -81,6 +87,16 @@ def test_the_students_reflection_is_named_with_its_cell_and_line(seen):
 
 def test_a_thread_the_student_started_is_known_as_theirs(seen):
     assert True in seen["student_thread"] and seen["foreign"], seen
+
+
+def test_switching_torchs_op_records_off_in_any_thread_is_the_students_event(seen):
+    """torch.autograd._enable_record_function(False) is thread-local: a thread that calls it hides its
+    own autograd from the profiler exercise 05 reads in every thread, so the call is an event (named
+    with its cell and line); switching them on is not."""
+    assert seen["records_wrapped"] is True
+    assert seen["records_on"]["events"] == [], seen["records_on"]
+    ev = " | ".join(seen["records_off"]["events"])
+    assert "torch.autograd._enable_record_function (switches torch's op records off) (records_off, line 3)" in ev, ev
 
 
 def test_a_probe_reports_events_guards_and_the_nonce(seen):

@@ -21,7 +21,11 @@ report what the student's code did, and cannot be switched off unseen.
   any student code ran; torch's mode stacks are empty and torch functions enabled outside a probe;
   the kernel block (:func:`coursekit.checks.ops.block_kernels`) still raises.
 * **Thread starts** are recorded with who started them (:data:`coursekit.checks.threads.STARTED`), so
-  exercise 05's probes can refuse to run beside threads the student's code started.
+  that the grader can name the threads the student's code started that run beside a test.
+* **torch's op records** (what exercise 05's profiler reads, in every thread): switching them off in a
+  thread (``torch.autograd._enable_record_function(False)``, thread-local) or clearing the profiler's
+  callbacks (``torch._C._autograd._clear_callbacks``) goes through a wrapper installed here, in every
+  namespace that holds the function, and is the student's event when the student's code called it.
 * A **nonce** per probe, sent by the grader, goes through the audit hook (``sys.audit``) and back
   with the test's reply: a hook that did not see it is an observation too.
 
@@ -78,6 +82,7 @@ class Observers:
         self._baseline = {}
         self._block = None
         self._started = {}  # the hook's own copy of coursekit.checks.threads.STARTED
+        self._wrapped = []  # (owner, name) of the functions watch_op_records put wrappers in place of
 
     # ---------------------------------------------------------------- the audit hook
     def hook(self, event, args):
@@ -177,10 +182,13 @@ class Observers:
 
     def _text(self, e) -> str:
         event, detail, fn, line = e
+        return f"{event}{(' ' + detail) if detail else ''} ({self._place(fn, line)})"
+
+    def _place(self, fn, line) -> str:
+        """Where in the notebook a file name and line are: the cell's label and the line."""
         cell = self._cells.get(fn)
-        where = f"{cell}, line {line}" if cell else (f"line {line}" if fn.startswith(STUDENT_FILES) else
-                                                      f"code compiled from a string, {fn} line {line}")
-        return f"{event}{(' ' + detail) if detail else ''} ({where})"
+        return f"{cell}, line {line}" if cell else (f"line {line}" if fn.startswith(STUDENT_FILES) else
+                                                     f"code compiled from a string, {fn} line {line}")
 
     # ---------------------------------------------------------------- identity and state
     def take_baseline(self, blocked=None, guarded=()):
@@ -223,7 +231,7 @@ class Observers:
             for n in names:
                 if n in vars(owner) or hasattr(owner, n):
                     base[(owner, n)] = vars(owner)[n] if n in vars(owner) else getattr(owner, n)
-        for owner, n in guarded:
+        for owner, n in tuple(guarded) + tuple(self._wrapped):
             base[(owner, n)] = vars(owner)[n] if n in vars(owner) else getattr(owner, n)
         for c in (torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer, torch.nn.TransformerEncoder,
                   torch.nn.TransformerDecoder, torch.nn.Transformer):
@@ -294,17 +302,49 @@ class Observers:
         me = self
 
         def start(thread):
-            student = me._is_student(sys._getframe(1), direct=False) is not None
+            where = me._is_student(sys._getframe(1), direct=False)
+            student = where is not None
             if not student:
                 student = threads._carries_student_code([getattr(thread, "_target", None),
                                                          getattr(thread, "_args", ()), thread])
             original(thread)
             started[thread.ident] = mine[thread.ident] = student
+            if where is not None:
+                threads.WHERE[thread.ident] = me._place(*where)
 
         start.__name__, start.__qualname__, start.__doc__ = original.__name__, original.__qualname__, original.__doc__
         threading.Thread.start = start
         for t in threading.enumerate():  # alive before any student code: the sandbox's own
             started[t.ident] = mine[t.ident] = False
+
+
+    # ---------------------------------------------------------------- torch's op records
+    def watch_op_records(self):
+        """Wrap the functions that switch torch's op records off (see the module docstring)."""
+        import torch
+        import torch._C._autograd as native
+        me = self
+
+        def wrap(name, off):
+            original = getattr(native, name)
+
+            def wrapper(*args, **kwargs):
+                if off(args, kwargs):
+                    where = me._is_student(sys._getframe(1), direct=False)
+                    if where is not None and len(me._events) < MAX_EVENTS:
+                        me._events.append((f"torch.autograd.{name}", "(switches torch's op records off)",
+                                           where[0], where[1]))
+                return original(*args, **kwargs)
+
+            wrapper.__name__ = wrapper.__qualname__ = name
+            wrapper.__doc__ = original.__doc__
+            for owner in (native, torch.autograd):
+                if getattr(owner, name, None) is original:
+                    setattr(owner, name, wrapper)
+                    self._wrapped.append((owner, name))
+
+        wrap("_enable_record_function", lambda a, k: not (a[0] if a else k.get("enable", True)))
+        wrap("_clear_callbacks", lambda a, k: True)
 
 
 _GONE = object()
@@ -337,6 +377,7 @@ def install(blocked=None, guarded=()) -> Observers:
         obs = Observers()
         sys.addaudithook(obs.hook)
         obs.watch_threads()
+        obs.watch_op_records()
         _INSTALLED = obs
     _INSTALLED.take_baseline(blocked, guarded)
     return _INSTALLED

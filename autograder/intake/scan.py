@@ -70,6 +70,7 @@ REVIEW_ATTRS = {
     "f_builtins": "a frame's builtins", "gi_frame": "a generator's frame", "cr_frame": "a coroutine's frame",
     "tb_frame": "a traceback's frame", "_getframe": "the interpreter's frames",
     "_C": "torch's C internals", "_execution_engine": "autograd's engine",
+    "_enable_record_function": "switching torch's op records off", "_clear_callbacks": "switching torch's op records off",
     "DisableTorchFunction": "switching torch's function modes off", "_disable_torch_function": "torch internals",
     "_python_dispatch": "torch's dispatch modes", "overrides": "torch's function modes",
     "TorchFunctionMode": "a torch function mode", "TorchDispatchMode": "a torch dispatch mode",

@@ -161,7 +161,7 @@ def _threads_beside(tr, obs, step) -> None:
     """Threads the notebook started that were alive while a test ran (the harness names them): work
     in another thread is not what the in-process observers watch, so a person should look. A review
     reason, once per submission; it costs no point."""
-    names = [str(t)[:60] for t in (obs.get("threads") or [])][:4] if isinstance(obs, dict) and \
+    names = [str(t)[:120] for t in (obs.get("threads") or [])][:4] if isinstance(obs, dict) and \
         isinstance(obs.get("threads"), list) else []
     if names and not any(e.startswith("threads your notebook started") for e in tr.cell_events):
         tr.cell_events.append(f"threads your notebook started were alive while the tests ran ({', '.join(names)}, "

@@ -1,11 +1,11 @@
-"""Threads beside a probe: which live threads may run the student's code while a hand-written
-function is graded (exercise 05 refuses to grade beside them).
+"""Threads beside a probe: which live threads may run the student's code while a test runs (the
+grader names them in the review column).
 
-Autograd's switches and the probe's spies hold in the probe's thread only, so a thread started by
-the notebook (a ``logging.handlers.QueueListener``, a ``ThreadPoolExecutor``, a bare
-``_thread.start_new_thread``) could compute a gradient with autograd for the hand-written
-function unseen. :func:`foreign_threads` names the live threads, other than the caller's, that the
-student's code started or that carry the student's code.
+Most of the probes' observers hold in the probe's thread only, so a thread started by the notebook
+(a ``logging.handlers.QueueListener``, a ``ThreadPoolExecutor``, a bare ``_thread.start_new_thread``)
+does work they do not watch; exercise 05's autograd record is the exception (it is read in every
+thread, :class:`coursekit.checks.backward.ByHand`). :func:`foreign_threads` names the live threads,
+other than the caller's, that the student's code started or that carry the student's code.
 
 Where it is known who started a thread (the course grader's observers, ``autograder/inside/observers.py``,
 record each ``threading.Thread.start`` before any student code runs and fill :data:`STARTED`),
@@ -23,6 +23,9 @@ import types
 #: thread ident -> True (started by the student's code) / False (by library code): the grader's
 #: observers fill it; ``None``: nobody records thread starts in this process
 STARTED: dict | None = None
+#: thread ident -> where in the notebook the student's code started it ("cell, line N"), filled by
+#: the grader's observers; a thread's name in :func:`foreign_threads` carries it
+WHERE: dict = {}
 #: what marks code as the notebook's: IPython's cell file names
 STUDENT_FILES = ("<ipython-input-", "/tmp/ipykernel_", "<cell ")
 
@@ -67,7 +70,7 @@ def foreign_threads() -> list[str]:
         name = t.name if t is not None else f"a thread started with _thread ({ident})"
         if STARTED is not None:
             if STARTED.get(ident, True):
-                found.append(name)
+                found.append(f"{name}, started at {WHERE[ident]}" if ident in WHERE else name)
             continue
         if t is None or isinstance(t, threading._DummyThread):
             found.append(name)
