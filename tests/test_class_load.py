@@ -300,3 +300,81 @@ def test_a_class_at_once_and_one_memory_hog(tmp_path):
         subprocess.run(["groupdel", group], capture_output=True)
         assert not class_dir.exists()
         assert any(f"removed {N + 2} accounts" in line for line in said), said
+
+
+LIMIT_PROBE = """
+import json, os, subprocess, sys
+import class_server_cgroups as cg
+out = {}
+own = {c: p for _, cs, p in (l.split(":", 2) for l in open("/proc/self/cgroup").read().splitlines())
+       for c in (cs.split(",") if cs else [""])}
+mounts = cg._mounts()
+if cg.version() == 1:
+    mem = cg._under(*mounts["memory"], own["memory"])
+    out["memory_mb"] = int(open(mem / "memory.limit_in_bytes").read()) >> 20
+    limit_file = mem / "memory.limit_in_bytes"
+else:
+    mem = cg._under(*mounts[""], own[""])
+    out["memory_mb"] = int(open(mem / "memory.max").read()) >> 20
+    limit_file = mem / "memory.max"
+try:  # raise my own limit
+    open(limit_file, "w").write(str(1 << 40))
+    out["raised"] = True
+except OSError as e:
+    out["raised"] = e.strerror
+try:  # a group per submission, as the grader makes one, and a process in it over its memory
+    g = cg.create(128, 64, 0.5)
+except cg.CgroupUnavailable as e:
+    out["group"] = str(e)[:80]
+else:
+    p = subprocess.run([sys.executable, "-c", "b = bytearray(512 << 20); print('got it')"],
+                       preexec_fn=lambda: g.add(os.getpid()), capture_output=True, text=True)
+    out["group"] = {"rc": p.returncode, "stdout": p.stdout, "oom": g.oom_killed()}
+    g.close()
+print("PROBE", json.dumps(out))
+"""
+
+
+@pytest.mark.hub
+@pytest.mark.slow
+def test_each_server_has_its_roles_limits_and_only_instructors_can_make_groups_inside(tmp_path):
+    """In their own server: a student's memory limit is the students' (from `up`), an instructor's the
+    instructors'; neither can raise it; the instructor can make a group per submission inside theirs
+    (the grader's cgroup code, as their own user), whose memory limit the kernel enforces; the
+    student cannot."""
+    from class_server import server
+
+    if os.geteuid() != 0:
+        pytest.skip("real unix accounts: run as root")
+    tag = secrets.token_hex(2)
+    teach, stu = f"rnd{tag}_teach", f"rnd{tag}_stu"
+    group = f"rnd{tag}-instructors"
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,first_name,last_name,email,role\n" f"{teach},Ada,Teacher,,instructor\n{stu},S,S,,student\n")
+    class_dir = Path(f"/srv/rnd{tag}-class")
+    checkout_mode = stat.S_IMODE(ROOT.stat().st_mode)
+    try:
+        info = server.up(roster, class_dir, port=_free_port(), group=group,
+                         limits={"student": {"memory_mb": 700}, "instructor": {"memory_mb": 1500}})
+        with open(class_dir / "passwords.csv", newline="") as f:
+            passwords = {r["id"]: r["password"] for r in csv.DictReader(f)}
+        deadline = time.monotonic() + 300
+        got = {}
+        for u in (teach, stu):
+            c = Student(info["url"], u, passwords[u], deadline)
+            c.login()
+            c.start()
+            out, status = c.run(LIMIT_PROBE)
+            assert status == "ok" and "PROBE " in out, (u, status, out[-3000:])
+            got[u] = json.loads(out.split("PROBE ", 1)[1].splitlines()[0])
+        assert got[stu]["memory_mb"] == 700 and got[teach]["memory_mb"] == 1500, got
+        assert got[stu]["raised"] == got[teach]["raised"] == "Permission denied", got
+        assert "not delegated" in got[stu]["group"], got
+        assert got[teach]["group"]["oom"] and got[teach]["group"]["rc"] != 0, got
+        assert "got it" not in got[teach]["group"]["stdout"], got
+    finally:
+        os.chmod(ROOT, checkout_mode)
+        server.down(class_dir, remove_users=True, purge=True)
+        server.remove_accounts([u for u in (teach, stu) if server.user_exists(u)], None)
+        subprocess.run(["groupdel", group], capture_output=True)
+        assert not class_dir.exists()
