@@ -21,6 +21,7 @@ import csv
 import datetime
 import json
 import os
+import pwd
 import re
 import secrets
 import stat
@@ -152,8 +153,9 @@ class Student:
         return "".join(out), status
 
 
-def _work(notebook: str) -> str:
+def _work(notebook: str, execute: bool = True) -> str:
     """What each student does in their kernel: fetch, answer, run the notebook, submit."""
+    run = f"jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=300 {A}/{NB}.ipynb"
     return f"""
 import json, os, subprocess
 def sh(cmd):
@@ -164,7 +166,7 @@ def sh(cmd):
     return p.returncode
 rc = [sh("nbgrader fetch_assignment {A} --course=resnorm")]
 open(os.path.expanduser("~/{A}/{NB}.ipynb"), "w").write({notebook!r})
-rc.append(sh("jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=300 {A}/{NB}.ipynb"))
+rc.append(sh({run!r}) if {execute} else 0)
 rc.append(sh("nbgrader submit {A} --course=resnorm"))
 print("RC", json.dumps(rc))
 """
@@ -335,6 +337,18 @@ print("PROBE", json.dumps(out))
 """
 
 
+GRADE = """
+import os, subprocess
+def sh(cmd):
+    p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=900, cwd=COURSE)
+    print(f"$ {cmd} -> {p.returncode}")
+    print(p.stdout[-2500:], p.stderr[-2500:])
+    return p.returncode
+print("RC", [sh("nbgrader collect ASSIGNMENT"),
+             sh("python -m autograder grade submitted --out ~/g --assignment ASSIGNMENT --jobs 1")])
+"""
+
+
 @pytest.mark.hub
 @pytest.mark.slow
 def test_each_server_has_its_roles_limits_and_only_instructors_can_make_groups_inside(tmp_path):
@@ -358,10 +372,13 @@ def test_each_server_has_its_roles_limits_and_only_instructors_can_make_groups_i
                          limits={"student": {"memory_mb": 700}, "instructor": {"memory_mb": 1500}})
         with open(class_dir / "passwords.csv", newline="") as f:
             passwords = {r["id"]: r["password"] for r in csv.DictReader(f)}
-        deadline = time.monotonic() + 300
-        got = {}
+        proc = server.as_user(teach, ["sh", "-c", f"nbgrader generate_assignment {A} && nbgrader release_assignment {A}"],
+                              class_dir, cwd=Path(info["course"]), timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        deadline = time.monotonic() + 600
+        got, clients = {}, {}
         for u in (teach, stu):
-            c = Student(info["url"], u, passwords[u], deadline)
+            c = clients[u] = Student(info["url"], u, passwords[u], deadline)
             c.login()
             c.start()
             out, status = c.run(LIMIT_PROBE)
@@ -372,6 +389,15 @@ def test_each_server_has_its_roles_limits_and_only_instructors_can_make_groups_i
         assert "not delegated" in got[stu]["group"], got
         assert got[teach]["group"]["oom"] and got[teach]["group"]["rc"] != 0, got
         assert "got it" not in got[teach]["group"]["stdout"], got
+
+        # and the course grader, run by the instructor in their server, makes its groups there
+        # (no --no-cgroups): the student's reference answers get full marks
+        out, status = clients[stu].run(_work(json.dumps(solved_dict(A)), execute=False))
+        assert status == "ok" and "RC [0, 0, 0]" in out, out[-3000:]
+        out, status = clients[teach].run(GRADE.replace("COURSE", repr(info["course"])).replace("ASSIGNMENT", A))
+        assert status == "ok" and "RC [0, 0]" in out, out[-5000:]
+        rows = list(csv.DictReader(open(Path(pwd.getpwnam(teach).pw_dir) / "g" / "grades.csv")))
+        assert [(r["student_id"], float(r["score"]), float(r["max_score"])) for r in rows] == [(stu, 18.0, 18.0)], rows
     finally:
         os.chmod(ROOT, checkout_mode)
         server.down(class_dir, remove_users=True, purge=True)
