@@ -81,6 +81,10 @@ class LimitedSpawner(LocalProcessSpawner):
             self._watch = None
         if self._group is not None:
             group, self._group = self._group, None
+            for d in group.dirs:  # the groups a delegated user made inside, deepest first (v1 lists
+                subs = sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+                for sub in subs:  # only each group's own processes in cgroup.procs)
+                    cgroups.Group(group.version, [sub]).close(wait_s=5)
             group.kill()
             group.close(wait_s=5)
 

@@ -219,11 +219,14 @@ def test_a_class_at_once_and_one_memory_hog(tmp_path):
 
         # the prober: the hub's API, every 0.25 s, while the class works
         probes: list[float] = []
+        used_mb: list[int] = []  # the machine's memory in use (MemTotal - MemAvailable), with every probe
         stop = threading.Event()
 
         def probe():
             import requests
             while not stop.is_set():
+                info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+                used_mb.append((int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) >> 10)
                 t = time.monotonic()
                 try:
                     requests.get(url + "/hub/api/", timeout=MAX_S * 3)
@@ -291,6 +294,7 @@ def test_a_class_at_once_and_one_memory_hog(tmp_path):
             "student_s_p50": round(statistics.median(done[u][1] for u in students), 1),
             "student_s_max": round(max(done[u][1] for u in students), 1),
             "collected": N - len(missing),
+            "machine_memory_used_mb_before": used_mb[0], "machine_memory_used_mb_peak": max(used_mb),
         })
         print("class load:", json.dumps(figures), file=sys.stderr)
         (ART / "load.json").write_text(json.dumps(figures, indent=1))
@@ -333,6 +337,8 @@ else:
                        preexec_fn=lambda: g.add(os.getpid()), capture_output=True, text=True)
     out["group"] = {"rc": p.returncode, "stdout": p.stdout, "oom": g.oom_killed()}
     g.close()
+    left = cg.create(64, 16, 0.1)  # a group left behind, a process in it: stopping the server removes both
+    out["left_pid"] = subprocess.Popen(["sleep", "600"], preexec_fn=lambda: left.add(os.getpid())).pid
 print("PROBE", json.dumps(out))
 """
 
@@ -347,6 +353,21 @@ def sh(cmd):
 print("RC", [sh("nbgrader collect ASSIGNMENT"),
              sh("python -m autograder grade submitted --out ~/g --assignment ASSIGNMENT --jobs 1")])
 """
+
+
+def _alive(pid: int, uid: int) -> bool:
+    """Whether ``pid`` runs as ``uid`` (a zombie, exited and not yet reaped, does not)."""
+    try:
+        st = os.stat(f"/proc/{pid}")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return st.st_uid == uid and state != "Z"
+
+
+def _v2() -> bool:
+    from autograder.sandbox import cgroups
+    return cgroups.version() == 2
 
 
 @pytest.mark.hub
@@ -398,6 +419,19 @@ def test_each_server_has_its_roles_limits_and_only_instructors_can_make_groups_i
         assert status == "ok" and "RC [0, 0]" in out, out[-5000:]
         rows = list(csv.DictReader(open(Path(pwd.getpwnam(teach).pw_dir) / "g" / "grades.csv")))
         assert [(r["student_id"], float(r["score"]), float(r["max_score"])) for r in rows] == [(stu, 18.0, 18.0)], rows
+
+        # stopping a server removes its group, the groups made inside it and their processes
+        hub_pid = int((class_dir / "hub" / "up.pid").read_text())
+        groups = server.hub_cgroups(hub_pid)  # one per server, in each hierarchy
+        assert len(groups) == 2 * (1 if _v2() else 3), groups
+        assert any(sub.is_dir() for g in groups for sub in g.iterdir()), "the instructor's group holds none"
+        for u in (teach, stu):
+            assert clients[u]._hub("DELETE", f"/hub/api/users/{u}/server").status_code in (202, 204)
+        end = time.monotonic() + 60
+        while any(c.server() for c in clients.values()) and time.monotonic() < end:
+            time.sleep(1)
+        assert not server.hub_cgroups(hub_pid)
+        assert _alive(got[teach]["left_pid"], pwd.getpwnam(teach).pw_uid) is False
     finally:
         os.chmod(ROOT, checkout_mode)
         server.down(class_dir, remove_users=True, purge=True)
