@@ -835,16 +835,18 @@ def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeo
     if killed:
         said(f"killed {len(killed)} process{'' if len(killed) == 1 else 'es'} left of the class's users")
     removed = 0
-    for g in groups:  # the users' servers' cgroups (the hub removes each when the server stops)
-        for _ in range(50):
-            try:
-                g.rmdir()
-                removed += 1
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)
+    for g in groups:  # the users' servers' cgroups (the hub removes each when the server stops), and
+        subs = sorted((p for p in g.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+        for d in subs + [g]:  # those an instructor made inside theirs, deepest first (their processes are killed above)
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    removed += d == g
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
     if removed:
         said(f"removed {removed} cgroup folder{'' if removed == 1 else 's'} of the users' servers")
     profile = state.get("profile")
