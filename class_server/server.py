@@ -441,6 +441,24 @@ def make_course(class_dir: Path, group: str, exchange: Path) -> Path:
     return course
 
 
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _trusted(owner: int, uid: int, gid: int) -> bool:
+    """Whether ``owner`` is root, the instructor ``uid`` or a member of the instructors' group ``gid``."""
+    if owner in (0, uid):
+        return True
+    try:
+        pw = pwd.getpwuid(owner)
+        return pw.pw_gid == gid or pw.pw_name in grp.getgrgid(gid).gr_mem
+    except KeyError:
+        return False
+
+
 def make_exchange(class_dir: Path, group: str, first_instructor: str) -> Path:
     """nbgrader's exchange for a multi-user hub: see :func:`harden_exchange`."""
     return harden_exchange(class_dir / "exchange", pwd.getpwnam(first_instructor).pw_uid, grp.getgrnam(group).gr_gid)
@@ -456,7 +474,14 @@ def harden_exchange(exchange: Path, uid: int, gid: int) -> Path:
     try:
         mine.mkdir()
     except FileExistsError:
-        pass
+        # made before the exchange was made safe (stock nbgrader's is 0777): by whom? A student's
+        # folder there, or one of theirs in it, would stay theirs (the owner of inbound/ lists,
+        # removes and, through its group, reads every submission): refused, nothing is changed.
+        for p in (mine, mine / "inbound", mine / "outbound", mine / "feedback"):
+            if os.path.lexists(p) and not _trusted(os.lstat(p).st_uid, uid, gid):
+                raise ClassError(f"{p} belongs to {_user_name(os.lstat(p).st_uid)}, who is not an instructor: "
+                                 f"someone made it before the exchange was made safe; look at it, remove "
+                                 f"{mine}, and run again")
     secure_chown(mine, uid, gid, 0o2775, folder=True)
     # inbound/ as nbgrader's release_assignment makes it for a shared course (students write, do not
     # list; setgid: each submission gets the instructors' group), plus the sticky bit: a student who
