@@ -46,7 +46,7 @@ STUDENT_MB = 1536  # what each student's server may hold in this test (the defau
 HOG_MB = 3072  # what the hog asks for
 BUDGET = 900  # seconds for the class's work, every wait bounded by what is left
 P95_S = 2.0  # the hub's API, 95th percentile of the prober's requests while the class works
-MAX_S = 10.0
+MAX_S = 30.0  # any one request (8.8 s seen at a load average above 20 on 2 cores)
 
 
 def _free_port() -> int:
