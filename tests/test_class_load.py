@@ -318,10 +318,14 @@ mounts = cg._mounts()
 if cg.version() == 1:
     mem = cg._under(*mounts["memory"], own["memory"])
     out["memory_mb"] = int(open(mem / "memory.limit_in_bytes").read()) >> 20
+    out["pids"] = open(cg._under(*mounts["pids"], own["pids"]) / "pids.max").read().strip()
+    out["cpu_quota_us"] = int(open(cg._under(*mounts["cpu"], own["cpu"]) / "cpu.cfs_quota_us").read())
     limit_file = mem / "memory.limit_in_bytes"
 else:
     mem = cg._under(*mounts[""], own[""])
     out["memory_mb"] = int(open(mem / "memory.max").read()) >> 20
+    out["pids"] = open(mem / "pids.max").read().strip()
+    out["cpu_quota_us"] = int(open(mem / "cpu.max").read().split()[0])
     limit_file = mem / "memory.max"
 try:  # raise my own limit
     open(limit_file, "w").write(str(1 << 40))
@@ -390,7 +394,8 @@ def test_each_server_has_its_roles_limits_and_only_instructors_can_make_groups_i
     checkout_mode = stat.S_IMODE(ROOT.stat().st_mode)
     try:
         info = server.up(roster, class_dir, port=_free_port(), group=group,
-                         limits={"student": {"memory_mb": 700}, "instructor": {"memory_mb": 1500}})
+                         limits={"student": {"memory_mb": 700, "cpus": 0.5, "pids": 300},
+                                 "instructor": {"memory_mb": 1500, "cpus": 1.0, "pids": 2000}})
         with open(class_dir / "passwords.csv", newline="") as f:
             passwords = {r["id"]: r["password"] for r in csv.DictReader(f)}
         proc = server.as_user(teach, ["sh", "-c", f"nbgrader generate_assignment {A} && nbgrader release_assignment {A}"],
@@ -406,6 +411,8 @@ def test_each_server_has_its_roles_limits_and_only_instructors_can_make_groups_i
             assert status == "ok" and "PROBE " in out, (u, status, out[-3000:])
             got[u] = json.loads(out.split("PROBE ", 1)[1].splitlines()[0])
         assert got[stu]["memory_mb"] == 700 and got[teach]["memory_mb"] == 1500, got
+        assert (got[stu]["pids"], got[stu]["cpu_quota_us"]) == ("300", 50_000), got
+        assert (got[teach]["pids"], got[teach]["cpu_quota_us"]) == ("2000", 100_000), got
         assert got[stu]["raised"] == got[teach]["raised"] == "Permission denied", got
         assert "not delegated" in got[stu]["group"], got
         assert got[teach]["group"]["oom"] and got[teach]["group"]["rc"] != 0, got
