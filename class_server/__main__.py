@@ -1,4 +1,4 @@
-"""python -m class_server up ROSTER [--dir DIR] [--ip IP] [--port PORT]   (as root)
+"""python -m class_server up ROSTER [--dir DIR] [--ip IP] [--port PORT] [limits]   (as root)
 python -m class_server down [--dir DIR] [--remove-users] [--purge]
 python -m class_server env --dir DIR [--exchange ROOT] [--instructor USER] [--group GROUP]
     (as root: the students' Python on a shared machine without the hub, and its exchange)"""
@@ -21,6 +21,15 @@ def main(argv=None) -> int:
     u.add_argument("--ip", default="127.0.0.1", help="where the hub listens (default 127.0.0.1; TLS in front of it)")
     u.add_argument("--port", type=int, default=8000)
     u.add_argument("--group", default="resnorm-instructors", help="the instructors' unix group")
+    for role, d in (("student", "2048 MB, 1 CPU, 512 processes"),
+                    ("instructor", "3/4 of the machine's memory, every CPU, 4096 processes")):
+        u.add_argument(f"--{role}-memory", type=int, metavar="MB",
+                       help=f"memory of one {role}'s server, its kernels and terminals together (default: {d})")
+        u.add_argument(f"--{role}-cpus", type=float, metavar="N", help=f"CPU time of one {role}'s server, in cores")
+        u.add_argument(f"--{role}-pids", type=int, metavar="N", help=f"processes and threads of one {role}'s server")
+    u.add_argument("--no-limits", action="store_true",
+                   help="no cgroup per user's server (where the machine has none): one user can then take "
+                        "the memory and CPU every other user's server needs")
     d = sub.add_parser("down", help="stop JupyterHub and every process of the class's users")
     d.add_argument("--dir", type=Path, default=Path("/srv/resnorm"))
     d.add_argument("--remove-users", action="store_true", help="also delete the accounts `up` created, with their homes")
@@ -39,7 +48,10 @@ def main(argv=None) -> int:
             print(f"students run {venv / 'bin' / 'nbgrader'} (fetch_assignment, submit, fetch_feedback; "
                   f"--course=resnorm) or {venv / 'bin' / 'jupyter'} lab; exchange {a.exchange}")
         elif a.cmd == "up":
-            info = up(a.roster, a.dir, ip=a.ip, port=a.port, group=a.group)
+            limits = {"off": True} if a.no_limits else {
+                role: {"memory_mb": getattr(a, f"{role}_memory"), "cpus": getattr(a, f"{role}_cpus"),
+                       "pids": getattr(a, f"{role}_pids")} for role in ("student", "instructor")}
+            info = up(a.roster, a.dir, ip=a.ip, port=a.port, group=a.group, limits=limits)
             print(info["url"])
         else:
             down(a.dir, remove_users=a.remove_users, purge=a.purge)  # says what it did, on stderr

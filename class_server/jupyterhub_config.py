@@ -40,8 +40,14 @@ c.PAMAuthenticator.open_sessions = False
 
 # One server per user, a process running as that unix user (LocalProcessSpawner), in the class's
 # Python: the course's venv with the student pack's runtime (coursekit), which is also every
-# notebook's kernel (python3 = the server's own interpreter).
-c.JupyterHub.spawner_class = "localprocess"
+# notebook's kernel (python3 = the server's own interpreter). Each server in a cgroup of its own
+# (class_server/spawner.py): its memory, CPU and processes per role, from `up` (class.json's limits).
+LIMITS = CLASS.get("limits")
+c.JupyterHub.spawner_class = "class_server_spawner.LimitedSpawner"
+c.LimitedSpawner.limits = LIMITS is not None
+c.Spawner.poll_interval = 10
+# every start shows the spawn page with its messages (one may say why the last server was stopped)
+c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}
 c.Spawner.cmd = [os.path.join(VENV, "bin", "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.env_keep = ["LANG", "LC_ALL", "TZ"]
@@ -59,6 +65,12 @@ def _per_role(spawner):
         "JUPYTER_CONFIG_PATH": os.path.join(CLASS["etc"], role),
         "OMP_NUM_THREADS": "1",
     })
+    if LIMITS is not None:
+        mine = LIMITS[role]
+        spawner.mem_limit = int(mine["memory_mb"]) << 20
+        spawner.cpu_limit = float(mine["cpus"])
+        spawner.pids_limit = int(mine["pids"])
+        spawner.delegate = role == "instructor"  # their grader makes a cgroup per submission inside theirs
     if role == "instructor":
         spawner.notebook_dir = CLASS["course"]
         # the course's nbgrader_config.py names course code (the feedback release of

@@ -332,6 +332,9 @@ def build_env(class_dir: Path) -> Path:
     run(str(dest / "bin" / "python"), "-m", "pip", "install", "-qq", "--no-deps", "--no-index",
         "--force-reinstall", "--disable-pip-version-check", str(wheel))
     shutil.copy(HERE / "exchange.py", dest / rel_site / "class_server_exchange.py")
+    # the hub's spawner (a cgroup per user's server) and the grader's cgroup code it uses
+    shutil.copy(HERE / "spawner.py", dest / rel_site / "class_server_spawner.py")
+    shutil.copy(ROOT / "autograder" / "sandbox" / "cgroups.py", dest / rel_site / "class_server_cgroups.py")
     for d, _, files in os.walk(dest):
         for f in files:
             p = Path(d) / f
@@ -438,6 +441,24 @@ def make_course(class_dir: Path, group: str, exchange: Path) -> Path:
     return course
 
 
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _trusted(owner: int, uid: int, gid: int) -> bool:
+    """Whether ``owner`` is root, the instructor ``uid`` or a member of the instructors' group ``gid``."""
+    if owner in (0, uid):
+        return True
+    try:
+        pw = pwd.getpwuid(owner)
+        return pw.pw_gid == gid or pw.pw_name in grp.getgrgid(gid).gr_mem
+    except KeyError:
+        return False
+
+
 def make_exchange(class_dir: Path, group: str, first_instructor: str) -> Path:
     """nbgrader's exchange for a multi-user hub: see :func:`harden_exchange`."""
     return harden_exchange(class_dir / "exchange", pwd.getpwnam(first_instructor).pw_uid, grp.getgrnam(group).gr_gid)
@@ -453,7 +474,14 @@ def harden_exchange(exchange: Path, uid: int, gid: int) -> Path:
     try:
         mine.mkdir()
     except FileExistsError:
-        pass
+        # made before the exchange was made safe (stock nbgrader's is 0777): by whom? A student's
+        # folder there, or one of theirs in it, would stay theirs (the owner of inbound/ lists,
+        # removes and, through its group, reads every submission): refused, nothing is changed.
+        for p in (mine, mine / "inbound", mine / "outbound", mine / "feedback"):
+            if os.path.lexists(p) and not _trusted(os.lstat(p).st_uid, uid, gid):
+                raise ClassError(f"{p} belongs to {_user_name(os.lstat(p).st_uid)}, who is not an instructor: "
+                                 f"someone made it before the exchange was made safe; look at it, remove "
+                                 f"{mine}, and run again")
     secure_chown(mine, uid, gid, 0o2775, folder=True)
     # inbound/ as nbgrader's release_assignment makes it for a shared course (students write, do not
     # list; setgid: each submission gets the instructors' group), plus the sticky bit: a student who
@@ -564,18 +592,52 @@ def _hub_pid(class_dir: Path) -> int | None:
         return None
 
 
+# ------------------------------------------------------------------------------------------------
+# Limits per user's server (class_server/spawner.py: a cgroup each)
+# ------------------------------------------------------------------------------------------------
+
+#: what one student's server (JupyterLab, its kernels and terminals together) may use
+STUDENT_LIMITS = {"memory_mb": 2048, "cpus": 1.0, "pids": 512}
+
+
+def default_limits(student: dict | None = None, instructor: dict | None = None) -> dict:
+    """Each role's limits: ``memory_mb`` (all the server's processes together), ``cpus`` (cores of
+    CPU time), ``pids`` (processes and threads). Students :data:`STUDENT_LIMITS`; instructors, who
+    grade on the hub, three quarters of the machine's memory, every core and 4096 processes, their
+    group delegated to them (the grader makes a group per submission inside it)."""
+    from autograder.sandbox import cgroups
+
+    out = {"student": dict(STUDENT_LIMITS),
+           "instructor": {"memory_mb": cgroups.default_memory_mb(1), "cpus": float(os.cpu_count() or 1),
+                          "pids": 4096}}
+    for role, given in (("student", student), ("instructor", instructor)):
+        out[role].update({k: v for k, v in (given or {}).items() if v is not None})
+    return out
+
+
+def check_limits() -> None:
+    """Raise :class:`ClassError` unless this machine can give each user's server a cgroup."""
+    from autograder.sandbox import cgroups
+
+    try:
+        cgroups.create(64, 16, 0.1).close()
+    except cgroups.CgroupUnavailable as e:
+        raise ClassError(f"{e}\n(for the class server: `up --no-limits` starts it without limits per user)") from None
+
+
 def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, group: str = "resnorm-instructors",
-       wait: float = 180) -> dict:
+       wait: float = 180, limits: dict | None = None) -> dict:
     """Lay out the class (:func:`prepare`) and start JupyterHub."""
     class_dir = class_dir.resolve()
-    state = prepare(roster, class_dir, ip=ip, port=port, group=group)
+    state = prepare(roster, class_dir, ip=ip, port=port, group=group, limits=limits)
     return start_hub(class_dir, state, wait=wait)
 
 
 def prepare(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000,
-            group: str = "resnorm-instructors") -> dict:
+            group: str = "resnorm-instructors", limits: dict | None = None) -> dict:
     """Everything ``up`` does but start the hub: accounts, the class's Python, the exchange, the
-    course, the Jupyter config, the instructors' profile. Returns the class's state (class.json)."""
+    course, the Jupyter config, the instructors' profile. Returns the class's state (class.json).
+    ``limits``: {role: {memory_mb, cpus, pids}} over :func:`default_limits`; ``{"off": True}``: none."""
     if os.geteuid() != 0:
         raise ClassError("run as root: it creates unix accounts and starts a server for each user as that user")
     if not PROXY.exists():
@@ -584,6 +646,11 @@ def prepare(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 80
     if _hub_pid(class_dir):
         raise ClassError(f"a class server already runs from {class_dir} (python -m class_server down --dir {class_dir})")
     people = read_roster(roster)
+    if (limits or {}).get("off"):
+        limits = None
+    else:
+        check_limits()
+        limits = default_limits((limits or {}).get("student"), (limits or {}).get("instructor"))
     instructors = [p["id"] for p in people if p["role"] == "instructor"]
     students = [p["id"] for p in people if p["role"] == "student"]
     class_dir.mkdir(parents=True, exist_ok=True)
@@ -619,7 +686,7 @@ def prepare(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 80
     state.update({
         "ip": ip, "port": port, "hub_port": _free_port(), "proxy_api_port": _free_port(), "proxy": str(PROXY),
         "venv": str(venv), "course": str(course), "exchange": str(exchange), "etc": str(etc), "group": group,
-        "instructors": instructors, "students": students, "checkout": str(ROOT),
+        "instructors": instructors, "students": students, "checkout": str(ROOT), "limits": limits,
         "created_users": sorted(set(state["created_users"]) | set(created)),
     })
     if old_mode is not None:
@@ -724,6 +791,30 @@ def user_pids(uids: set[int]) -> list[int]:
     return pids
 
 
+def hub_cgroups(pid: int) -> list[Path]:
+    """The cgroups the hub ``pid`` made for its users' servers (class_server/spawner.py: named
+    ``autograder-<pid>-...`` below the hub's own cgroup, in each hierarchy)."""
+    from autograder.sandbox import cgroups
+
+    found: list[Path] = []
+    try:
+        ver, mounts = cgroups.version(), cgroups._mounts()
+        own = {}
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            _, names, path = line.split(":", 2)
+            for n in names.split(",") if names else [""]:
+                own[n] = path
+    except (OSError, ValueError):
+        return found
+    for c in ([""] if ver == 2 else list(cgroups.CONTROLLERS) if ver == 1 else []):
+        if c not in mounts:
+            continue
+        parent = cgroups._under(*mounts[c], own.get(c, "/"))
+        for d in (parent, parent.parent) if parent.name == "grader" else (parent,):
+            found += sorted(d.glob(f"autograder-{pid}-*"))
+    return found
+
+
 def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeout: float = 30) -> list[str]:
     """Stop the hub (which stops every user's server), then every process left of the class's
     users; optionally remove the accounts ``up`` created, and the whole class folder. Says what it
@@ -740,6 +831,7 @@ def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeo
     if not state:
         said(f"no class in {class_dir} (no hub/class.json)")
     pid = _hub_pid(class_dir)
+    groups = hub_cgroups(pid) if pid else []
     if pid:
         _kill_group(pid, timeout)
         said(f"stopped jupyterhub (pid {pid}) and the users' servers it started")
@@ -767,6 +859,21 @@ def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeo
         time.sleep(0.5)
     if killed:
         said(f"killed {len(killed)} process{'' if len(killed) == 1 else 'es'} left of the class's users")
+    removed = 0
+    for g in groups:  # the users' servers' cgroups (the hub removes each when the server stops), and
+        subs = sorted((p for p in g.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+        for d in subs + [g]:  # those an instructor made inside theirs, deepest first (their processes are killed above)
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    removed += d == g
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+    if removed:
+        said(f"removed {removed} cgroup folder{'' if removed == 1 else 's'} of the users' servers")
     profile = state.get("profile")
     if profile and os.path.lexists(profile):
         os.unlink(profile)

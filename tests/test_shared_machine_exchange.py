@@ -103,3 +103,28 @@ def test_a_student_account_fetches_and_submits_with_the_students_python(account)
         assert got.is_file() and got.read_bytes() == nb.read_bytes()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_root
+def test_env_refuses_a_course_folder_a_student_made_in_the_exchange_first(account):
+    """Stock nbgrader leaves the exchange 0777: a student who makes resnorm/inbound in it before
+    `env` would own inbound/ (list, remove and, through its group, read every submission). `env`
+    refuses, naming the folder and its owner, and changes nothing there."""
+    base = Path(tempfile.mkdtemp(prefix="resnorm-squat-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        exchange = base / "exchange"
+        exchange.mkdir()
+        os.chmod(exchange, 0o777)
+        squat = _as_student(["mkdir", "-p", exchange / "resnorm" / "inbound"], account)
+        assert squat.returncode == 0, squat.stderr
+        uid = pwd.getpwnam(USER).pw_uid
+        made = subprocess.run([sys.executable, "-m", "class_server", "env", "--dir", str(base / "env"),
+                               "--exchange", str(exchange)], capture_output=True, text=True, cwd=ROOT,
+                              env=venv_env(), timeout=600)
+        assert made.returncode != 0, made.stdout
+        assert f"{exchange / 'resnorm'} belongs to {USER}" in made.stderr, made.stderr[-2000:]
+        for p in (exchange / "resnorm", exchange / "resnorm" / "inbound"):
+            assert p.stat().st_uid == uid and not p.stat().st_mode & stat.S_ISVTX, p
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -44,7 +44,11 @@ import time
 import uuid
 from pathlib import Path
 
-from autograder.sandbox import SandboxUnavailable
+try:
+    from autograder.sandbox import SandboxUnavailable
+except ImportError:  # copied alone into the class server's hub (class_server/spawner.py)
+    class SandboxUnavailable(RuntimeError):
+        pass
 
 CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
@@ -255,17 +259,35 @@ def _sweep(parent: Path) -> None:
                 d.rmdir()
 
 
+def delegated() -> bool:
+    """Whether this process may make groups below its own without being root: its cgroup's folders
+    are its user's (the class server's hub delegates an instructor's server's group; systemd's
+    ``Delegate=yes`` does the same)."""
+    with contextlib.suppress(Exception):
+        m, own = _mounts(), _own()
+        ver = version()
+        if ver == 2:
+            dirs = [_under(*m[""], own.get("", "/"))]
+        elif ver == 1:
+            dirs = [_under(*m[c], own.get(c, "/")) for c in CONTROLLERS]
+        else:
+            return False
+        return all(d.stat().st_uid == os.geteuid() and os.access(d, os.W_OK) for d in dirs)
+    return False
+
+
 def create(memory_mb: int, nproc: int, cpus: float) -> Group:
     """A fresh group under the grader's own: ``memory_mb`` for all its processes together (swap
     included), at most ``nproc`` processes and threads, ``cpus`` cores of CPU time. Raises
     :class:`CgroupUnavailable` with the reason when none can be made."""
-    if os.geteuid() != 0:
-        raise CgroupUnavailable("the grader is not root, so it cannot make a control group per submission")
     ver = version()
     if ver is None:
         raise CgroupUnavailable("no cgroup hierarchy with the memory, pids and cpu controllers is mounted "
                                 "(cgroup v2 at /sys/fs/cgroup, or v1 at /sys/fs/cgroup/{memory,pids,cpu})")
     m, own = _mounts(), _own()
+    if os.geteuid() != 0 and not delegated():
+        raise CgroupUnavailable("the grader is not root and its cgroup is not delegated to it, so it cannot "
+                                "make a control group per submission")
     name = f"autograder-{os.getpid()}-{next(_seq)}-{uuid.uuid4().hex[:8]}"
     mem, quota = memory_mb << 20, int(cpus * CPU_PERIOD_US)
     dirs: list[Path] = []
