@@ -23,9 +23,12 @@ report what the student's code did, and cannot be switched off unseen.
 * **Thread starts** are recorded with who started them (:data:`coursekit.checks.threads.STARTED`), so
   that the grader can name the threads the student's code started that run beside a test.
 * **torch's op records** (what exercise 05's profiler reads, in every thread): switching them off in a
-  thread (``torch.autograd._enable_record_function(False)``, thread-local) or clearing the profiler's
-  callbacks (``torch._C._autograd._clear_callbacks``) goes through a wrapper installed here, in every
-  namespace that holds the function, and is the student's event when the student's code called it.
+  thread (``torch.autograd._enable_record_function(False)``, thread-local), clearing the profiler's
+  callbacks (``torch._C._autograd._clear_callbacks``), or stopping, starting or swapping a profiler
+  session directly (``_disable_profiler``, ``_enable_profiler_legacy``...) goes through a wrapper
+  installed here, in every loaded torch module that holds the function, and is the student's event
+  when the student's own code called it (``torch.profiler.profile`` calls them from torch's code:
+  not an event).
 * A **nonce** per probe, sent by the grader, goes through the audit hook (``sys.audit``) and back
   with the test's reply: a hook that did not see it is an observation too.
 
@@ -320,31 +323,40 @@ class Observers:
 
     # ---------------------------------------------------------------- torch's op records
     def watch_op_records(self):
-        """Wrap the functions that switch torch's op records off (see the module docstring)."""
+        """Wrap the functions that switch torch's op records off or stop, start or swap a profiler
+        session (see the module docstring), in every loaded torch module that holds them."""
         import torch
         import torch._C._autograd as native
         me = self
+        holders = [m for n, m in list(sys.modules.items())
+                   if m is not None and (n == "torch" or n.startswith("torch.")) and hasattr(m, "__dict__")]
 
-        def wrap(name, off):
-            original = getattr(native, name)
+        def wrap(name, off, what):
+            original = getattr(native, name, None)
+            if original is None:
+                return
 
             def wrapper(*args, **kwargs):
                 if off(args, kwargs):
                     where = me._is_student(sys._getframe(1), direct=False)
                     if where is not None and len(me._events) < MAX_EVENTS:
-                        me._events.append((f"torch.autograd.{name}", "(switches torch's op records off)",
-                                           where[0], where[1]))
+                        me._events.append((f"torch.autograd.{name}", f"({what})", where[0], where[1]))
                 return original(*args, **kwargs)
 
             wrapper.__name__ = wrapper.__qualname__ = name
             wrapper.__doc__ = original.__doc__
-            for owner in (native, torch.autograd):
-                if getattr(owner, name, None) is original:
+            for owner in [native, torch.autograd, *holders]:
+                if vars(owner).get(name) is original:
                     setattr(owner, name, wrapper)
-                    self._wrapped.append((owner, name))
+                    if (owner, name) not in self._wrapped:
+                        self._wrapped.append((owner, name))
 
-        wrap("_enable_record_function", lambda a, k: not (a[0] if a else k.get("enable", True)))
-        wrap("_clear_callbacks", lambda a, k: True)
+        records_off = "switches torch's op records off"
+        wrap("_enable_record_function", lambda a, k: not (a[0] if a else k.get("enable", True)), records_off)
+        wrap("_clear_callbacks", lambda a, k: True, records_off)
+        for name in ("_enable_profiler", "_enable_profiler_legacy", "_disable_profiler", "_disable_profiler_legacy",
+                     "_prepare_profiler", "_toggle_collection_dynamic", "_add_metadata_json"):
+            wrap(name, lambda a, k: True, "starts, stops or changes a profiler session, whose records the grader reads")
 
 
 _GONE = object()

@@ -56,6 +56,8 @@ REVIEW_MODULES = frozenset({
     "pkgutil", "zipimport", "linecache", "dis", "traceback", "weakref", "copyreg",
     "coursekit", "course", "autograder", "book", "tools", "IPython", "ipykernel", "jupyter_client",
 })
+#: modules of the review list that only show things (a figure, Markdown): importing them is fine
+HARMLESS_MODULES = frozenset({"IPython.display"})
 #: what the released setup cell imports from the course's runtime (not the machinery)
 PUBLIC_RUNTIME = frozenset({"run", "smoke", "CheckFailed"})
 #: attributes that reach around the names in the code, or into torch's internals
@@ -88,7 +90,19 @@ TORCH_ONLY_ATTRS = frozenset({"library", "overrides", "_modules", "multiprocessi
 #: parts of a dotted path under torch that reach its internals, however the path is spelled
 #: (``import torch.utils._python_dispatch as pd``, ``T._C`` for ``import torch as T``)
 TORCH_INTERNAL_PARTS = frozenset({"_C", "library", "overrides", "_python_dispatch", "_ops", "ops", "_dispatch",
-                                  "_refs", "_decomp", "_prims", "multiprocessing", "_execution_engine"})
+                                  "_refs", "_decomp", "_prims", "multiprocessing", "_execution_engine",
+                                  # graph capture (torch's own code traced ahead and replayed as plain
+                                  # ops) and work on torch's own threads, where no observer watches
+                                  "fx", "export", "fork", "_fork"})
+
+
+def torch_internal(parts) -> bool:
+    """Whether a dotted path's parts under ``torch`` reach its internals: a part in
+    :data:`TORCH_INTERNAL_PARTS`, or any private part (``_mode_utils``, ``_inductor``,
+    ``_disable_profiler``...; dunder names such as ``__version__`` aside). torch's private API is
+    where its guards and records are switched off, so the review reads all of it, whatever the name."""
+    return any(p in TORCH_INTERNAL_PARTS or (p.startswith("_") and not (p.startswith("__") and p.endswith("__")))
+               for p in parts)
 #: modules reached as an attribute of another module (``torch.sys``, ``np.os``): the route around
 #: an import the review would see
 MODULE_ATTRS = frozenset({"sys", "os", "gc", "inspect", "importlib", "ctypes", "subprocess", "threading",
@@ -306,9 +320,9 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                 for a in n.names:
                     if a.name == "os" and (a.asname or "os") in values.seeding_only:
                         continue  # os.environ["CUBLAS_WORKSPACE_CONFIG"] = ... and nothing else
-                    if a.name.split(".")[0] in REVIEW_MODULES:
+                    if a.name.split(".")[0] in REVIEW_MODULES and a.name not in HARMLESS_MODULES:
                         flag(st, n, f"imports {a.name}")
-                    elif a.name.split(".")[0] == "torch" and set(a.name.split(".")[1:]) & TORCH_INTERNAL_PARTS:
+                    elif a.name.split(".")[0] == "torch" and torch_internal(a.name.split(".")[1:]):
                         flag(st, n, f"imports {a.name}")
             elif isinstance(n, ast.ImportFrom):
                 mod = (n.module or "").split(".")
@@ -316,9 +330,10 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                 if n.module == "os" and names == {"environ"} \
                         and all((a.asname or a.name) in values.seeding_only for a in n.names):
                     continue
-                if mod[0] in REVIEW_MODULES and not (n.module == "coursekit" and names <= PUBLIC_RUNTIME):
+                if mod[0] in REVIEW_MODULES and n.module not in HARMLESS_MODULES \
+                        and not (n.module == "coursekit" and names <= PUBLIC_RUNTIME):
                     flag(st, n, f"imports from {n.module}")
-                elif mod[0] == "torch" and (set(mod[1:]) | names) & (TORCH_INTERNAL_PARTS | {"DisableTorchFunction"}):
+                elif mod[0] == "torch" and (torch_internal(mod[1:] + sorted(names)) or "DisableTorchFunction" in names):
                     flag(st, n, f"imports torch internals from {n.module}")
             elif isinstance(n, ast.Attribute):
                 base_is_self = isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")
@@ -327,7 +342,7 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                     inner |= {id(m) for m in ast.walk(n.value)}
                     continue
                 path = dotted(n, paths)
-                if path and path.split(".")[0] == "torch" and set(path.split(".")[1:]) & TORCH_INTERNAL_PARTS:
+                if path and path.split(".")[0] == "torch" and torch_internal(path.split(".")[1:]):
                     flag(st, n, f"torch internals ({path})")
                     inner |= {id(m) for m in ast.walk(n.value)}
                     continue
@@ -509,7 +524,9 @@ REFLECTIVE_BUILTINS = frozenset(REVIEW_BUILTINS) | {"getattr", "setattr", "delat
 REFLECTIVE_MODULES = REVIEW_MODULES | MODULE_ATTRS | {"sys"}
 #: exercise 05: autograd run inside the hand-written functions by a route other than a switch
 AUTOGRAD_ROUTES = ("torch.autograd.grad", "torch.autograd.backward", "torch.autograd.forward_ad",
-                   "torch.autograd.functional", "torch.func", "torch.vmap", "torch._functorch", "functorch")
+                   "torch.autograd.functional", "torch.func", "torch._functorch", "functorch")
+#: ... of which these only vectorize (``torch.vmap`` is ``torch.func.vmap``): no autograd in them
+NOT_AUTOGRAD = frozenset({"torch.func.vmap", "torch.func.functional_call", "functorch.vmap"})
 #: torch's public namespaces, where ``getattr(nn, name)`` picks a class or function by a config string
 PUBLIC_TORCH = frozenset({"torch", "torch.nn", "torch.nn.functional"})
 #: environment variables a notebook sets for determinism (``os.environ[...] = ...``)
@@ -563,7 +580,7 @@ def path_reason(p: str, own_only: bool = False) -> str | None:
         if i < 1:
             continue
         a = parts[i]
-        if parts[0] == "torch" and a in TORCH_INTERNAL_PARTS:
+        if parts[0] == "torch" and torch_internal([a]):
             return f"torch internals ({'.'.join(parts[:i + 1])})"
         if a in MODULE_ATTRS:
             return f"the module {a} reached through another object"
@@ -915,7 +932,7 @@ class Values:
         if not paths or name in self.otherwise:
             return False
         return all(p.split(".")[0] in REVIEW_MODULES
-                   or p.split(".")[0] == "torch" and set(p.split(".")[1:]) & TORCH_INTERNAL_PARTS for p in paths)
+                   or p.split(".")[0] == "torch" and torch_internal(p.split(".")[1:]) for p in paths)
 
     def public_lookup(self, call: ast.Call) -> bool:
         """``getattr(nn, NAMES[kind])``, ``getattr(F, act_name)``, ``getattr(torch, dtype_name)``: a
@@ -1079,7 +1096,7 @@ def _value_call_reason(values: Values, n: ast.Call, hand_written: bool, modules,
         if hand_written and c.startswith("torch.") and c.split(".")[-1] in GRAD_SWITCHES \
                 and spelled not in GRAD_SWITCHES and _switches_grad_on(n, c.split(".")[-1]):
             return "autograd switched back on inside a hand-written backward" + values.alias(n)
-        if hand_written and any(c == r or c.startswith(r + ".") for r in AUTOGRAD_ROUTES):
+        if hand_written and c not in NOT_AUTOGRAD and any(c == r or c.startswith(r + ".") for r in AUTOGRAD_ROUTES):
             return f"autograd run inside a hand-written backward ({c})" + values.alias(n)
     for a in list(n.args) + [k.value for k in n.keywords]:  # a reflective builtin handed to a call
         for v in sorted(ev(a)):

@@ -69,9 +69,9 @@ def _input(shape, seed=0, device="cpu", dtype=torch.float32):
     device = torch.device(device)
     if device.type == "cuda":
         g = torch.Generator(device=device).manual_seed(seed)
-        return torch.randn(*shape, generator=g, device=device).mul_(1.5).add_(0.5).to(dtype)
+        return torch.randn(*shape, generator=g, device=device, dtype=torch.float32).mul_(1.5).add_(0.5).to(dtype)
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).mul_(1.5).add_(0.5).to(dtype)
+    return torch.randn(*shape, generator=g, dtype=torch.float32).mul_(1.5).add_(0.5).to(dtype)
 
 
 def _reference(assignment: str, name: str):
@@ -331,10 +331,10 @@ class RMSNormBenchmark:
 
 def _res_sublayer(device="cpu", d=RES_D, dtype=torch.float32):
     g = torch.Generator().manual_seed(1234)
-    lin = nn.Linear(d, d)
+    lin = nn.Linear(d, d, dtype=torch.float32)  # whatever the notebook's default dtype
     with torch.no_grad():
-        lin.weight.copy_(torch.randn(d, d, generator=g) / d ** 0.5)
-        lin.bias.copy_(0.1 * torch.randn(d, generator=g))
+        lin.weight.copy_(torch.randn(d, d, generator=g, dtype=torch.float32) / d ** 0.5)
+        lin.bias.copy_(0.1 * torch.randn(d, generator=g, dtype=torch.float32))
     return lin.to(device, dtype)
 
 

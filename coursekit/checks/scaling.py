@@ -82,7 +82,7 @@ def work(call, *inputs) -> dict:
 
 def _x(shape, seed):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g) * 1.5 + 0.5
+    return torch.randn(*shape, generator=g, dtype=torch.float32) * 1.5 + 0.5
 
 
 def _calls(build, shape):
@@ -125,8 +125,8 @@ def _fused(shape):
         step = fused_step(fused_class(ns))
         d = shape[-1]
         g = torch.Generator().manual_seed(5)
-        r, gy, gh = (torch.randn(*shape, generator=g) for _ in range(3))
-        w = torch.rand(d, generator=g) + 0.5
+        r, gy, gh = (torch.randn(*shape, generator=g, dtype=torch.float32) for _ in range(3))
+        w = torch.rand(d, generator=g, dtype=torch.float32) + 0.5
 
         def call(x):
             leaves = [x.clone().requires_grad_(True), r.clone().requires_grad_(True), w.clone().requires_grad_(True)]

@@ -142,7 +142,7 @@ def reply(y: torch.Tensor, seed: int, cfg=None) -> torch.Tensor:
         return y
     d = y.shape[-1]
     g = torch.Generator().manual_seed(int(seed) ^ 0x5EED)  # drawn on the CPU: the same vector on any device
-    v = (torch.randn(d, 1, generator=g) / d ** 0.5).to(y.device)
+    v = (torch.randn(d, 1, generator=g, dtype=torch.float32) / d ** 0.5).to(y.device)
     return (y.reshape(-1, d).float() @ v).reshape(-1).cpu()
 
 
