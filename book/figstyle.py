@@ -30,6 +30,9 @@ GREY = "0.45"
 # one line style per palette entry: solid, dashed, dash-dot, dotted, then longer patterns
 LINESTYLES = ["-", "--", "-.", ":", (0, (8, 2)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (5, 2, 1, 2))]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+# legends of figures 10 inches wide (two panels, 2x2 grids): the page shrinks them to its column
+# (690 px of 1000, about 0.7), so their text is set larger to stay near 11 px there
+WIDE_LEGEND = 12
 
 RC = {
     "axes.prop_cycle": cycler(color=PALETTE) + cycler(linestyle=LINESTYLES),
