@@ -46,6 +46,13 @@ $(CHP): | npm
 
 class-server-deps: venv system $(CHP)
 
+# axe-core from npm, into _build/axe/ (git-ignored): tests/test_book_axe.py runs it over every built page.
+AXE_VERSION := 4.10.3
+AXE := _build/axe/node_modules/axe-core/axe.min.js
+$(AXE): | npm
+	mkdir -p _build/axe
+	npm install --prefix _build/axe --no-audit --no-fund --no-save --loglevel=error axe-core@$(AXE_VERSION)
+
 # A class on one server (docs/class_server.md, "Run a class"); as root:
 #   make class-server ROSTER=roster.csv [CLASS_DIR=/srv/resnorm] [IP=127.0.0.1] [PORT=8000]
 #   make class-server-stop [CLASS_DIR=/srv/resnorm]
@@ -75,7 +82,7 @@ exercises: venv
 check: venv
 	$(PY) -m coursekit.selfcheck $(NB)
 
-test: venv system book $(CHP)
+test: venv system book $(CHP) $(AXE)
 	$(PY) -m pytest -q
 
 grade: venv system
