@@ -218,7 +218,10 @@ def as_user(user: str, argv: list[str], class_dir: Path, cwd: Path | None = None
     cmd = ["runuser", "-u", user, "--", "env", "-i", *env]
     if cwd is not None:
         cmd += ["sh", "-c", 'cd "$0" && exec "$@"', str(cwd)]
-    return subprocess.run(cmd + list(argv), capture_output=True, text=True, timeout=timeout, input=input)
+    # a session of its own and no terminal: the user's code (an instructor's nbgrader_config.py runs
+    # here) must not reach root's terminal, where TIOCSTI would type commands into root's shell
+    return subprocess.run(cmd + list(argv), capture_output=True, text=True, timeout=timeout, input=input,
+                          stdin=subprocess.DEVNULL if input is None else None, start_new_session=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -278,6 +281,7 @@ def base_python(class_dir: Path) -> Path:
         tmp.rename(copy)
     exe = copy / "bin" / exe.name
     probe = subprocess.run(["runuser", "-u", "nobody", "--", str(exe), "-c", "import sys, ssl, sqlite3"],
+                           stdin=subprocess.DEVNULL, start_new_session=True,
                            capture_output=True, text=True)
     if probe.returncode != 0:
         raise ClassError(f"{exe} does not run for other users:\n{probe.stderr[-2000:]}\n"
@@ -478,22 +482,53 @@ def harden_exchange(exchange: Path, uid: int, gid: int) -> Path:
         # folder there, or one of theirs in it, would stay theirs (the owner of inbound/ lists,
         # removes and, through its group, reads every submission): refused, nothing is changed.
         for p in (mine, mine / "inbound", mine / "outbound", mine / "feedback"):
-            if os.path.lexists(p) and not _trusted(os.lstat(p).st_uid, uid, gid):
-                raise ClassError(f"{p} belongs to {_user_name(os.lstat(p).st_uid)}, who is not an instructor: "
+            try:
+                owner = os.lstat(p).st_uid
+            except OSError:  # gone meanwhile: nothing there to trust or refuse
+                continue
+            if not _trusted(owner, uid, gid):
+                raise ClassError(f"{p} belongs to {_user_name(owner)}, who is not an instructor: "
                                  f"someone made it before the exchange was made safe; look at it, remove "
                                  f"{mine}, and run again")
-    secure_chown(mine, uid, gid, 0o2775, folder=True)
-    # inbound/ as nbgrader's release_assignment makes it for a shared course (students write, do not
-    # list; setgid: each submission gets the instructors' group), plus the sticky bit: a student who
-    # learns another's folder name still cannot remove or rename it. release_assignment keeps the
-    # mode of an inbound/ that exists.
-    inbound = mine / "inbound"
+    # From here on by descriptor: the course's folder is the instructor's, who may rename it (a
+    # sticky root lets an owner rename their own entry) and put a link in its place, so nothing
+    # below it is reached by name: inbound/ is made and changed relative to the folder opened.
     try:
-        os.mkdir(inbound)
-        secure_chown(inbound, uid, gid, 0o3773, folder=True)
-    except FileExistsError:
-        st = os.lstat(inbound)
-        secure_chown(inbound, st.st_uid, gid, 0o3773, folder=True)
+        fd = os.open(mine, _NOFOLLOW_DIR)
+    except OSError as e:
+        raise ClassError(f"{mine}: not changed, it is not a folder ({e.strerror}; a symbolic link?): "
+                         "remove it and run again") from None
+    try:
+        if not _trusted(os.fstat(fd).st_uid, uid, gid):
+            raise ClassError(f"{mine} belongs to {_user_name(os.fstat(fd).st_uid)}, who is not an instructor: "
+                             "look at it, remove it, and run again")
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, 0o2775)
+        # inbound/ as nbgrader's release_assignment makes it for a shared course (students write, do
+        # not list; setgid: each submission gets the instructors' group), plus the sticky bit: a
+        # student who learns another's folder name still cannot remove or rename it.
+        # release_assignment keeps the mode of an inbound/ that exists.
+        try:
+            os.mkdir("inbound", 0o700, dir_fd=fd)
+            made = True
+        except FileExistsError:
+            made = False
+        try:
+            ifd = os.open("inbound", _NOFOLLOW_DIR, dir_fd=fd)
+        except OSError as e:
+            raise ClassError(f"{mine / 'inbound'}: not changed, it is not a folder ({e.strerror}; a symbolic "
+                             "link?): remove it and run again") from None
+        try:
+            st = os.fstat(ifd)
+            if not made and not _trusted(st.st_uid, uid, gid):
+                raise ClassError(f"{mine / 'inbound'} belongs to {_user_name(st.st_uid)}, who is not an "
+                                 "instructor: look at it, remove it, and run again")
+            os.fchown(ifd, uid if made else st.st_uid, gid)
+            os.fchmod(ifd, 0o3773)
+        finally:
+            os.close(ifd)
+    finally:
+        os.close(fd)
     return exchange
 
 
@@ -897,8 +932,14 @@ def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeo
         said(f"{state.get('checkout')} stays readable by its owner only while the class's accounts exist "
              f"(--remove-users gives it its mode back, {state['checkout_mode']:o})")
     if purge:
-        shutil.rmtree(class_dir, ignore_errors=True)
-        said(f"deleted {class_dir} (the course, its gradebook, the exchange, the class's Python)")
+        # rm, not shutil.rmtree: a student's folder nested thousands deep in the exchange would stop
+        # Python's recursion; rm walks any depth, and never follows a link out of the tree
+        gone = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(class_dir)], capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL)
+        if gone.returncode == 0:
+            said(f"deleted {class_dir} (the course, its gradebook, the exchange, the class's Python)")
+        else:
+            said(f"could not delete all of {class_dir}: {gone.stderr.strip()[-300:]}")
     elif state:
         said(f"kept {class_dir} (the course, its gradebook, the exchange): `up` brings the class back; --purge deletes it")
     return done

@@ -614,6 +614,63 @@ def test_release_feedback_skips_a_malformed_folder_and_releases_the_others(hande
 
 
 @pytest.mark.hub
+def test_collect_names_an_unreadable_or_deep_folder_and_collects_the_others(handed_in):
+    """mallory leaves a folder the instructors cannot enter (mode 740) and one 1100 folders deep;
+    bob then submits for real: collect names both folders and collects bob's submission."""
+    k = handed_in
+    when = _now() + datetime.timedelta(seconds=4)
+    shut = f"{k['mallory']}+{A}+{when.strftime(UTC_FMT)}+shut"
+    deep = f"{k['mallory']}+{A}+{(when + datetime.timedelta(seconds=1)).strftime(UTC_FMT)}+deep"
+    _sh(k, k["mallory"], 'set -e; cd "$1"; mkdir "$2"; printf x > "$2/x"; chmod 740 "$2"; '
+        'mkdir "$3"; cd "$3"; i=0; while [ $i -lt 1100 ]; do mkdir d; cd d; i=$((i+1)); done',
+        str(k["inbound"]), shut, deep, cwd=k["homes"][k["mallory"]])
+    k["forged"] += [shut, deep]
+    _sh(k, k["bob"], f"nbgrader submit {A} --course=resnorm", cwd=k["homes"][k["bob"]])
+    out = _collect(k)
+    assert shut in out and "could not be read (PermissionError" in out, out[-3000:]
+    assert deep in out and "nests folders more than" in out, out[-3000:]
+    real = [p for p in k["inbound"].iterdir() if p.name.startswith(f"{k['bob']}+")]
+    latest = max(real, key=lambda p: p.name.split("+")[2])
+    got = (k["course"] / "submitted" / k["bob"] / A / "timestamp.txt").read_text()
+    assert got == latest.name.split("+")[2], (got, latest.name)
+
+
+@pytest.mark.hub
+def test_release_feedback_skips_an_empty_secret_and_releases_the_others(handed_in):
+    """mallory's feedback folder holds an empty submission_secret.txt (she handed one in so): alice's
+    and bob's feedback is released, and the command fails naming mallory's folder."""
+    from nbgrader.utils import notebook_hash
+
+    k = handed_in
+    course, exchange = k["course"], k["exchange"]
+    pages = {}
+    for s in (k["mallory"], k["alice"], k["bob"]):
+        fb, sub = course / "feedback" / s / A, course / "submitted" / s / A
+        page = f"<html><body>feedback again for {s}</body></html>"
+        script = ('set -e; mkdir -p "$1"; printf %s "$2" > "$1/layernorm.html"; cp "$3/timestamp.txt" "$1/"; '
+                  'if [ "$4" = 1 ]; then cp "$3/submission_secret.txt" "$1/"; else : > "$1/submission_secret.txt"; fi')
+        _sh(k, k["teach"], script, str(fb), page, str(sub), "0" if s == k["mallory"] else "1", cwd=course)
+        if s != k["mallory"]:
+            pages[s] = (notebook_hash(secret=(sub / "submission_secret.txt").read_text(), notebook_id=NB), page)
+    proc = _sh(k, k["teach"], f"nbgrader release_feedback {A}", cwd=course, ok=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Released the feedback of everyone else" in out, out[-3000:]
+    assert str(course / "feedback" / k["mallory"] / A) in out and "is empty" in out, out[-3000:]
+    for s, (checksum, page) in pages.items():
+        assert (exchange / "resnorm" / "feedback" / f"{checksum}.html").read_text() == page
+
+
+@pytest.mark.hub
+def test_what_root_runs_as_a_user_has_no_terminal_of_roots(klass):
+    """as_user (what `up` runs as the instructor: nbgrader with the course's nbgrader_config.py) starts
+    a session of its own with stdin from /dev/null, so the user's code cannot type into root's
+    terminal (TIOCSTI needs the terminal to be the caller's controlling one)."""
+    proc = _sh(klass, klass["teach"], 'ps -o sid= -p $$; readlink /proc/$$/fd/0')
+    sid, stdin = proc.stdout.split()
+    assert int(sid) != os.getsid(0) and stdin == "/dev/null", proc.stdout
+
+
+@pytest.mark.hub
 def test_the_instructors_shell(klass):
     """`su - INSTRUCTOR` gets the class's Python and the course's config (the profile `up` writes);
     passwords.csv has LF line endings."""

@@ -69,6 +69,10 @@ def _open(name: str, flags: int, dir_fd: int, path: str) -> int:
         raise Refused(f"{path}: cannot be opened without following a link ({e.strerror})") from None
 
 
+#: how deep a submission's folders may nest (a release has two or three levels)
+MAX_DEPTH = 16
+
+
 class _Walk:
     """One pass over a submission folder by descriptors: checks every entry, measures it and, when
     ``dest`` is given, copies it there (a folder that does not exist yet)."""
@@ -89,6 +93,8 @@ class _Walk:
         own = os.fstat(fd)
         if not stat.S_ISDIR(own.st_mode):
             raise Refused(f"{path or 'the folder'} is not a folder")
+        if path.count("/") >= MAX_DEPTH:
+            raise Refused(f"it nests folders more than {MAX_DEPTH} deep (nbgrader's release has a few levels)")
         self._check(own, path)
         if self.dest is not None:
             os.mkdir(os.path.join(self.dest, path) if path else self.dest, 0o700)
@@ -241,6 +247,8 @@ class CheckedCollect(ExchangeCollect):
                 records.append(self._inspect(filename))
             except Refused as e:
                 self._refuse(filename, str(e))
+            except Exception as e:  # noqa: BLE001 -- unreadable, vanished mid-walk...: this folder only
+                self._refuse(filename, f"it could not be read ({type(e).__name__}: {str(e)[:200]})")
         usergroups = groupby(records, lambda item: item['username'])
 
         with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
@@ -294,9 +302,10 @@ class CheckedCollect(ExchangeCollect):
             shutil.rmtree(tmp, ignore_errors=True)
             try:
                 self._inspect(rec['filename'], dest=tmp)  # checked again, on what is copied
-            except Refused as e:
+            except Exception as e:  # noqa: BLE001 -- Refused, or unreadable now: this folder only
                 shutil.rmtree(tmp, ignore_errors=True)
-                self._refuse(rec['filename'], f"{e} (changed while collect ran)")
+                why = str(e) if isinstance(e, Refused) else f"it could not be read ({type(e).__name__}: {str(e)[:200]})"
+                self._refuse(rec['filename'], f"{why} (changed while collect ran)")
                 continue
             self.log.info("{} submission: {} {}".format("Updating" if updating else "Collecting", student_id,
                                                         self.coursedir.assignment_id))

@@ -73,15 +73,18 @@ class ReleaseFeedback(ExchangeReleaseFeedback):
             try:
                 timestamp = self._read(os.path.join(feedback_dir, "timestamp.txt")).decode()
                 secret = self._read(os.path.join(feedback_dir, "submission_secret.txt")).decode()
+                if not secret.strip():
+                    raise ValueError("its submission_secret.txt is empty (nbgrader submit writes one)")
                 page = self._read(html_file)
-            except (OSError, UnicodeDecodeError) as e:
-                skipped[feedback_dir] = getattr(e, "strerror", None) and f"{e.strerror}: {e.filename}" or str(e)
+                self.log.info("Releasing feedback for student '%s' on assignment '%s/%s/%s' (%s)", student_id,
+                              self.coursedir.course_id, self.coursedir.assignment_id, notebook_id, timestamp)
+                self.log.info("Feedback released to: %s", self._release(page, secret, notebook_id))
+                self._also_under_handed_in_names(feedback_dir, student_id, secret)
+            except Exception as e:  # noqa: BLE001 -- one folder's fault stops that folder only
+                skipped[feedback_dir] = getattr(e, "strerror", None) and f"{e.strerror}: {e.filename}" or \
+                    (str(e) or type(e).__name__)
                 self.log.error("Not releasing the feedback in %s: %s", feedback_dir, skipped[feedback_dir])
                 continue
-            self.log.info("Releasing feedback for student '%s' on assignment '%s/%s/%s' (%s)", student_id,
-                          self.coursedir.course_id, self.coursedir.assignment_id, notebook_id, timestamp)
-            self.log.info("Feedback released to: %s", self._release(page, secret, notebook_id))
-            self._also_under_handed_in_names(feedback_dir, student_id, secret)
         if skipped:
             self.fail("Released the feedback of everyone else; not released, {} feedback folder{} "
                       "(look at each, then release again):\n{}".format(
