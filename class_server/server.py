@@ -473,6 +473,9 @@ def harden_exchange(exchange: Path, uid: int, gid: int) -> Path:
     nobody renames or removes another's entry, the course's folder included), the course's folder
     owned by the instructor ``uid`` and group ``gid``, and its ``inbound/`` as below."""
     exchange.mkdir(parents=True, exist_ok=True)
+    # everyone writes it (nbgrader's fetch and submit refuse to run unless they could), sticky: no one
+    # renames or removes another's entry. A course a student opens here beside the real one is not
+    # listed to the others: their nbgrader config names the course (write_jupyter_config, env)
     secure_chown(exchange, 0, 0, 0o1777, folder=True)
     mine = exchange / COURSE_ID  # in a folder everyone writes: what is there may be anyone's link
     try:
@@ -541,6 +544,9 @@ def write_jupyter_config(class_dir: Path, course: Path, exchange: Path) -> Path:
         "# that only the instructors can read (class_server/exchange.py).\n"
         "c = get_config()  # noqa: F821\n"
         f"c.Exchange.root = {str(exchange)!r}\n"
+        "# the class's course only: a course a student opens in the exchange is not listed, fetched\n"
+        "# or submitted to (the Assignments tab would list every course, the first one first)\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
         "c.ExchangeFactory.submit = 'class_server_exchange.PrivateSubmit'\n")
     (etc / "student" / "jupyter_server_config.json").write_text(json.dumps(
         {"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": False}}}, indent=1))

@@ -636,6 +636,44 @@ def test_collect_names_an_unreadable_or_deep_folder_and_collects_the_others(hand
 
 
 @pytest.mark.hub
+def test_a_course_a_student_opens_in_the_exchange_is_listed_to_nobody_else(handed_in):
+    """mallory opens a course "aaa" in the exchange (its root is 1777, as nbgrader needs) with an
+    assignment of the same name: alice's nbgrader, configured for the class's course, lists resnorm's
+    assignments only, so her Assignments tab never offers mallory's course to submit to."""
+    k = handed_in
+    _sh(k, k["mallory"], 'set -e; mkdir -p "$1/aaa/outbound/$2" "$1/aaa/inbound"; chmod 733 "$1/aaa/inbound"; '
+        'cp "$2/$3.ipynb" "$1/aaa/outbound/$2/"', str(k["exchange"]), A, NB, cwd=k["homes"][k["mallory"]])
+    try:
+        listed = _sh(k, k["alice"], "nbgrader list 2>&1", cwd=k["homes"][k["alice"]]).stdout
+        assert "resnorm" in listed and "aaa" not in listed, listed
+    finally:
+        subprocess.run(["rm", "-rf", str(k["exchange"] / "aaa")])
+
+
+@pytest.mark.hub
+def test_an_overlong_timestamp_is_refused_and_a_bad_collected_copy_stops_nothing(handed_in):
+    """mallory hands in a folder whose timestamp.txt is a valid time followed by 5000 spaces: refused
+    and named. A collected copy whose timestamp.txt does not parse (as one collected before this
+    check could be) is replaced by the next collect --update, and bob's new submission is collected."""
+    k = handed_in
+    when = _now() + datetime.timedelta(seconds=6)
+    long = f"{k['mallory']}+{A}+{when.strftime(UTC_FMT)}+long"
+    _sh(k, k["mallory"], 'set -e; d="$1/$2"; mkdir "$d"; { printf %s "$3"; head -c 5000 /dev/zero | tr "\\0" " "; } '
+        '> "$d/timestamp.txt"; printf x > "$d/submission_secret.txt"; cp "$4" "$d/layernorm.ipynb"',
+        str(k["inbound"]), long, when.strftime(UTC_FMT), f"{A}/{NB}.ipynb", cwd=k["homes"][k["mallory"]])
+    k["forged"].append(long)
+    bad = k["course"] / "submitted" / k["mallory"] / A / "timestamp.txt"
+    bad.write_text(when.strftime(UTC_FMT) + " " * 5000 + "X")
+    _sh(k, k["bob"], f"nbgrader submit {A} --course=resnorm", cwd=k["homes"][k["bob"]])
+    out = _collect(k)
+    assert long in out and "its timestamp.txt is " in out and "bytes (nbgrader submit writes a few dozen)" in out, out[-3000:]
+    assert "does not parse" in out and len(bad.read_bytes()) < 100, out[-3000:]
+    real = [p for p in k["inbound"].iterdir() if p.name.startswith(f"{k['bob']}+")]
+    latest = max(real, key=lambda p: p.name.split("+")[2])
+    assert (k["course"] / "submitted" / k["bob"] / A / "timestamp.txt").read_text() == latest.name.split("+")[2]
+
+
+@pytest.mark.hub
 def test_release_feedback_skips_an_empty_secret_and_releases_the_others(handed_in):
     """mallory's feedback folder holds an empty submission_secret.txt (she handed one in so): alice's
     and bob's feedback is released, and the command fails naming mallory's folder."""

@@ -71,6 +71,9 @@ def _open(name: str, flags: int, dir_fd: int, path: str) -> int:
 
 #: how deep a submission's folders may nest (a release has two or three levels)
 MAX_DEPTH = 16
+#: the largest timestamp.txt or submission_secret.txt taken (a collected copy's timestamp.txt is
+#: parsed again by every later collect: one that does not parse stopped collect for everyone)
+MAX_REQUIRED_BYTES = 256
 
 
 class _Walk:
@@ -134,7 +137,9 @@ class _Walk:
             raise Refused(f"larger than CourseDirectory.max_dir_size ({self.coursedir.max_dir_size} kB)")
         name = os.path.basename(path)
         if top and name in REQUIRED:
-            self.top[name] = os.read(fd, 4096)
+            if st.st_size > MAX_REQUIRED_BYTES:  # nbgrader submit writes a time or a short secret
+                raise Refused(f"its {name} is {st.st_size} bytes (nbgrader submit writes a few dozen)")
+            self.top[name] = os.read(fd, MAX_REQUIRED_BYTES + 1)
             os.lseek(fd, 0, os.SEEK_SET)
         if self.dest is None:
             return
@@ -280,7 +285,12 @@ class CheckedCollect(ExchangeCollect):
             os.makedirs(os.path.dirname(dest_path), exist_ok=True)
             copy = updating = False
             if os.path.isdir(dest_path):
-                existing = self.coursedir.get_existing_timestamp(dest_path)
+                try:
+                    existing = self.coursedir.get_existing_timestamp(dest_path)
+                except Exception as e:  # noqa: BLE001 -- a copy collected before this check existed
+                    self.log.warning("The collected submission of %s has a timestamp.txt that does not parse "
+                                     "(%s): replacing it", student_id, type(e).__name__)
+                    existing = None
                 if existing is not None and existing > now + datetime.timedelta(seconds=self.future_slack):
                     self.log.warning("The collected submission of %s has a time in the future (%s UTC): replacing it",
                                      student_id, existing)
