@@ -11,6 +11,13 @@ from pathlib import Path
 from class_server.server import DEFAULT_EXCHANGE, ClassError, down, student_env, up
 
 
+def printable(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): an error can quote what a user's
+    code printed (an instructor's nbgrader_config.py runs in `up`), and escape sequences reaching
+    root's terminal could set its title, its clipboard, or more, depending on the terminal."""
+    return "".join(c if c in "\n\t" or c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m class_server", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -56,7 +63,7 @@ def main(argv=None) -> int:
         else:
             down(a.dir, remove_users=a.remove_users, purge=a.purge)  # says what it did, on stderr
     except ClassError as e:
-        print(f"class_server: {e}", file=sys.stderr)
+        print(f"class_server: {printable(str(e))}", file=sys.stderr)
         return 2
     return 0
 

@@ -71,6 +71,22 @@ def driver():
         d.quit()
 
 
+def test_an_error_quoting_a_users_output_reaches_roots_terminal_without_escape_sequences(capsys, monkeypatch):
+    """`up` runs an instructor's nbgrader_config.py and quotes its output when it fails: escape
+    sequences in it (a title, OSC 52 to the clipboard, C1 controls) are written out, not sent."""
+    import class_server.__main__ as cli
+    from class_server.server import ClassError
+
+    def fails(*a, **k):
+        raise ClassError("nbgrader db student import failed:\x1b]52;c;aGk=\x07\x1b[2J\x9b21t\nsecond line")
+
+    monkeypatch.setattr(cli, "down", fails)
+    assert cli.main(["down", "--dir", "/nonexistent-class"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x9b" not in err and "\x07" not in err, repr(err)
+    assert "\\x1b]52;c;aGk=" in err and "\nsecond line" in err, repr(err)
+
+
 def test_roster_reads_nbgraders_columns_and_a_role(tmp_path):
     from class_server.server import ClassError, read_roster
 
