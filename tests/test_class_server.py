@@ -690,6 +690,22 @@ def test_an_overlong_timestamp_is_refused_and_a_bad_collected_copy_stops_nothing
 
 
 @pytest.mark.hub
+def test_collect_refuses_a_submission_of_many_files(handed_in):
+    """mallory hands in her notebook beside 150 empty .ipynb files (max_dir_size counts bytes, so
+    they cost nothing there; each handed-in name could get a feedback page of its own): refused, named."""
+    k = handed_in
+    when = _now() + datetime.timedelta(seconds=8)
+    many = f"{k['mallory']}+{A}+{when.strftime(UTC_FMT)}+many"
+    _sh(k, k["mallory"], 'set -e; d="$1/$2"; mkdir "$d"; printf %s "$3" > "$d/timestamp.txt"; '
+        'printf x > "$d/submission_secret.txt"; cp "$4" "$d/layernorm.ipynb"; '
+        'i=0; while [ $i -lt 150 ]; do : > "$d/n$i.ipynb"; i=$((i+1)); done',
+        str(k["inbound"]), many, when.strftime(UTC_FMT), f"{A}/{NB}.ipynb", cwd=k["homes"][k["mallory"]])
+    k["forged"].append(many)
+    out = _collect(k)
+    assert many in out and "holds more than 100 files" in out, out[-3000:]
+
+
+@pytest.mark.hub
 def test_release_feedback_skips_an_empty_secret_and_releases_the_others(handed_in):
     """mallory's feedback folder holds an empty submission_secret.txt (she handed one in so): alice's
     and bob's feedback is released, and the command fails naming mallory's folder."""

@@ -74,6 +74,8 @@ MAX_DEPTH = 16
 #: the largest timestamp.txt or submission_secret.txt taken (a collected copy's timestamp.txt is
 #: parsed again by every later collect: one that does not parse stopped collect for everyone)
 MAX_REQUIRED_BYTES = 256
+#: the most files a submission may hold (each handed-in notebook may get its own feedback page)
+MAX_FILES = 100
 
 
 class _Walk:
@@ -84,6 +86,7 @@ class _Walk:
         self.owner, self.coursedir, self.log, self.dest, self.groupshared = owner, coursedir, log, dest, groupshared
         self.ctime = 0.0
         self.size = 0
+        self.files = 0
         self.top: dict[str, bytes] = {}  # timestamp.txt and submission_secret.txt, as read
 
     def _check(self, st: os.stat_result, path: str) -> None:
@@ -132,6 +135,9 @@ class _Walk:
             raise Refused(f"{path} is not a regular file")
         self._check(st, path)
         self.size += st.st_size
+        self.files += 1
+        if self.files > MAX_FILES:  # max_dir_size counts bytes: thousands of empty files cost nothing there
+            raise Refused(f"it holds more than {MAX_FILES} files (a release has a few)")
         limit = 1000 * (self.coursedir.max_dir_size or 0)
         if limit and self.size > limit:
             raise Refused(f"larger than CourseDirectory.max_dir_size ({self.coursedir.max_dir_size} kB)")

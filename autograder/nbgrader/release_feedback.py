@@ -31,6 +31,9 @@ from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
 from nbgrader.utils import notebook_hash
 
 
+#: the most handed-in names one feedback page is also released under (a renamed notebook or two)
+MAX_NAMES = 5
+
 class ReleaseFeedback(ExchangeReleaseFeedback):
     """nbgrader's default ``release_feedback``, plus each page under the names the student handed in,
     and one malformed feedback folder never keeps the others' feedback back."""
@@ -101,6 +104,9 @@ class ReleaseFeedback(ExchangeReleaseFeedback):
         page_name = os.path.splitext(os.path.basename(pages[0]))[0]
         if not handed_in or page_name in handed_in:
             return  # nbgrader's own release reaches the student
+        if len(handed_in) > MAX_NAMES:  # one page per name: a submission of thousands would fill the exchange
+            raise ValueError(f"{len(handed_in)} notebooks were handed in under other names; the page is released "
+                             f"under at most {MAX_NAMES} of them (look at the submission)")
         page = self._read(pages[0])
         for name in sorted(handed_in):
             self._release(page, secret, name)
