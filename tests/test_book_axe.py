@@ -8,13 +8,10 @@ can change, each entry with its reason.
 """
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from pathlib import Path
 
 import pytest
-from browser import chrome
+from browser import chrome, served
 
 pytestmark = pytest.mark.book
 
@@ -50,23 +47,20 @@ axe.run(document, {runOnly: {type: 'tag', values: arguments[0]}, resultTypes: ['
 
 @pytest.fixture(scope="module")
 def violations():
-    if not (HTML / "index.html").exists():
-        pytest.fail(f"{HTML} is missing: build the book first with `make book`", pytrace=False)
     if not AXE.exists():
         pytest.fail(f"{AXE} is missing: `make test` installs axe-core@{AXE_VERSION} from npm", pytrace=False)
     source = AXE.read_text(encoding="utf-8")
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
+    with served(HTML) as url:
+        return _run_axe(url, source)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(HTML)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+def _run_axe(url, source):
     driver = chrome(width=1280, height=900)
     try:
         out = {}
         for page in PAGES:
-            driver.get(f"http://127.0.0.1:{server.server_address[1]}/{page}")
+            driver.get(f"{url}/{page}")
             driver.execute_script(source)
             found = driver.execute_async_script(RUN_AXE_JS, TAGS)
             assert "error" not in found, f"{page}: axe failed: {found}"
@@ -74,8 +68,6 @@ def violations():
         return out
     finally:
         driver.quit()
-        server.shutdown()
-        server.server_close()
 
 
 def test_axe_is_the_pinned_version():

@@ -8,14 +8,12 @@ no request leaving the machine. A screenshot of a chapter lands in _build/artifa
 from __future__ import annotations
 
 import functools
-import http.server
 import re
-import threading
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
 
 import pytest
-from browser import chrome
+from browser import chrome, served
 
 pytestmark = pytest.mark.book
 
@@ -38,20 +36,8 @@ PAGES = _pages()
 
 @pytest.fixture(scope="session")
 def site():
-    if not (HTML / "index.html").exists():
-        pytest.fail(f"{HTML} is missing: build the book first with `make book`", pytrace=False)
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(HTML)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with served(HTML) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -8,13 +8,10 @@ window instead of leaving its right third empty.
 """
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from pathlib import Path
 
 import pytest
-from browser import chrome
+from browser import chrome, served
 
 pytestmark = pytest.mark.book
 
@@ -43,18 +40,8 @@ return {article: article.getBoundingClientRect().width, window: window.innerWidt
 
 @pytest.fixture(scope="module")
 def site():
-    if not (HTML / "index.html").exists():
-        pytest.fail(f"{HTML} is missing: build the book first with `make book`", pytrace=False)
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(HTML)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with served(HTML) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
