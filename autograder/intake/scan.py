@@ -103,6 +103,8 @@ def torch_internal(parts) -> bool:
     where its guards and records are switched off, so the review reads all of it, whatever the name."""
     return any(p in TORCH_INTERNAL_PARTS or (p.startswith("_") and not (p.startswith("__") and p.endswith("__")))
                for p in parts)
+
+
 #: modules reached as an attribute of another module (``torch.sys``, ``np.os``): the route around
 #: an import the review would see
 MODULE_ATTRS = frozenset({"sys", "os", "gc", "inspect", "importlib", "ctypes", "subprocess", "threading",
