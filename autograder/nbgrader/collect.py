@@ -78,6 +78,11 @@ MAX_REQUIRED_BYTES = 256
 MAX_FILES = 100
 
 
+def _why(e: Exception) -> str:
+    """Why a folder was not collected: a :class:`Refused`'s reason, or what stopped reading it."""
+    return str(e) if isinstance(e, Refused) else f"it could not be read ({type(e).__name__}: {str(e)[:200]})"
+
+
 class _Walk:
     """One pass over a submission folder by descriptors: checks every entry, measures it and, when
     ``dest`` is given, copies it there (a folder that does not exist yet)."""
@@ -256,10 +261,8 @@ class CheckedCollect(ExchangeCollect):
                 continue
             try:
                 records.append(self._inspect(filename))
-            except Refused as e:
-                self._refuse(filename, str(e))
-            except Exception as e:  # noqa: BLE001 -- unreadable, vanished mid-walk...: this folder only
-                self._refuse(filename, f"it could not be read ({type(e).__name__}: {str(e)[:200]})")
+            except Exception as e:  # noqa: BLE001 -- Refused, unreadable, vanished mid-walk: this folder only
+                self._refuse(filename, _why(e))
         usergroups = groupby(records, lambda item: item['username'])
 
         with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
@@ -320,8 +323,7 @@ class CheckedCollect(ExchangeCollect):
                 self._inspect(rec['filename'], dest=tmp)  # checked again, on what is copied
             except Exception as e:  # noqa: BLE001 -- Refused, or unreadable now: this folder only
                 shutil.rmtree(tmp, ignore_errors=True)
-                why = str(e) if isinstance(e, Refused) else f"it could not be read ({type(e).__name__}: {str(e)[:200]})"
-                self._refuse(rec['filename'], f"{why} (changed while collect ran)")
+                self._refuse(rec['filename'], f"{_why(e)} (changed while collect ran)")
                 continue
             self.log.info("{} submission: {} {}".format("Updating" if updating else "Collecting", student_id,
                                                         self.coursedir.assignment_id))

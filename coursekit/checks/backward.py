@@ -15,10 +15,10 @@ or not) is on functorch's interpreter stack; a dispatch-level spy for forward-mo
 ``DisableTorchFunction`` does not switch off); and a gate in place of autograd's engine
 (``Variable._execution_engine``), which stops a backward pass in *any* thread while the function
 runs. What they saw stays recorded even when the student's code catches the exception. autograd's
-own record (the profiler) is read in every thread whenever threads the notebook started are alive
-(:mod:`coursekit.checks.threads`), so a thread that computes the gradient for the function is seen;
-starting a thread or a process during the call raises. ``FusedAddRMSNorm.backward`` is held to the same while its
-probes run (:class:`BackwardByHand`). The grader's static scan cannot do this job:
+own record (the profiler) is read in every thread whenever another Python thread is alive, so a
+thread that computes the gradient for the function is seen; starting a thread or a process during
+the call raises. ``FusedAddRMSNorm.backward`` is held to the same while its probes run
+(:class:`BackwardByHand`). The grader's static scan cannot do this job:
 ``FusedAddRMSNorm`` itself must name ``torch.autograd.Function``.
 
 *Saved for backward*: measured, not looked for. The probe takes every tensor storage alive before

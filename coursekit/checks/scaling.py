@@ -30,7 +30,6 @@ import sys
 import types
 
 import torch
-from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from coursekit.checks import CheckFailed
