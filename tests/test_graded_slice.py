@@ -756,3 +756,67 @@ def test_getattr_naming_a_forbidden_builtin_by_value_costs_like_its_spelling():
     code = with_forward("getattr(F, _FN['k'])(x, x.shape[-1:])", prefix="_FN = {'k': 'layer_norm'}\n")
     found = costs([code])
     assert any("layer_norm" in c for c in found), found
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading cells in threads (the grader plans several notebooks at once)
+# ------------------------------------------------------------------------------------------------
+
+def _parse_in_threads(parse, rounds: int) -> list[str]:
+    """SystemErrors raised by ``parse`` in three threads at once, each parsing a cell ``rounds``
+    times while garbage with ``__del__`` (which lets another thread in mid-parse) is collected."""
+    import gc
+    import sys
+    import threading
+    import time
+
+    src = "\n".join(f"def f{i}(x):\n    return [[(x, {i}) for _ in y] for y in x]" for i in range(60))
+
+    class Cyclic:
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            time.sleep(0)
+
+    errors: list[str] = []
+
+    def work():
+        for _ in range(rounds):
+            Cyclic(), Cyclic()
+            try:
+                parse(src)
+            except SystemError as e:
+                errors.append(str(e))
+
+    threshold, interval = gc.get_threshold(), sys.getswitchinterval()
+    gc.set_threshold(10, 1, 1)
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        gc.set_threshold(*threshold)
+        sys.setswitchinterval(interval)
+    return errors
+
+
+def test_cells_read_in_several_threads_at_once_are_never_called_unreadable():
+    """CPython 3.11 counts ``ast.parse``'s nesting per interpreter, so two threads parsing at once
+    can raise "AST constructor recursion depth mismatch" on sound code (a CI run flagged an honest
+    transformer block as "a cell that could not be read"). The grader's parse takes one thread at
+    a time. The race is shown first with bare ``ast.parse``; a Python without it skips."""
+    import ast
+
+    from autograder.intake import slicing
+
+    rounds = 300
+    for _ in range(5):
+        if _parse_in_threads(ast.parse, rounds):
+            break
+    else:
+        pytest.skip("this Python parsed in threads without the race (python/cpython#106905 fixed)")
+    assert _parse_in_threads(slicing.parse, rounds) == []

@@ -44,6 +44,7 @@ import ast
 import builtins
 import functools
 import re
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -122,9 +123,22 @@ def transform(src: str) -> str:
     return tm.transform_cell(src)
 
 
+#: CPython 3.11 keeps ``ast.parse``'s nesting count in one place per interpreter, not per thread:
+#: two threads parsing at once (the grader plans several notebooks in threads, and a plan past its
+#: budget is left to finish) can fail with "SystemError: AST constructor recursion depth mismatch"
+#: (python/cpython#106905), which read a sound cell as unreadable. One parse at a time.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_python(text: str) -> ast.Module:
+    """``ast.parse(text)``, one thread at a time (:data:`_PARSE_LOCK`)."""
+    with _PARSE_LOCK:
+        return ast.parse(text)
+
+
 def parse(src: str) -> ast.Module:
     """A cell as IPython reads it; raises SyntaxError (or what IPython raises) when it cannot."""
-    return ast.parse(transform(src))
+    return parse_python(transform(src))
 
 
 class PlanningTimeout(Exception):
@@ -457,7 +471,7 @@ def _statements(tree: ast.Module, depth: int = 0) -> list[ast.stmt]:
         module = written_module(magic[1]) if magic and magic[0] in WRITEFILE_MAGICS else None
         if module:
             try:
-                inner = ast.parse(magic[2])  # a .py file: plain Python, as the import reads it
+                inner = parse_python(magic[2])  # a .py file: plain Python, as the import reads it
                 if too_deep(inner):
                     raise SyntaxError(too_deep(inner))
             except Exception as e:  # noqa: BLE001 -- not Python: the file is never written
