@@ -99,9 +99,9 @@ def sinkhorn_objective(logits: torch.Tensor, n_iters: int) -> list[float]:
 def composite_gains(mats: torch.Tensor) -> dict[str, list[float]]:
     """For the products P_L = A_L ... A_2 A_1 of the first L matrices of ``mats`` [depth, n, n],
     L = 1 .. depth: the largest absolute row sum (the infinity norm: how much one output stream
-    can gain over the largest input stream), the spectral norm (largest singular value), and the
-    second-largest singular value. Computed in float64."""
-    out = {"row_sum": [], "spectral": [], "second": []}
+    can gain over the largest input stream), the spectral norm (largest singular value), the
+    second-largest and the smallest singular value. Computed in float64."""
+    out = {"row_sum": [], "spectral": [], "second": [], "smallest": []}
     p = torch.eye(mats.shape[-1], dtype=torch.float64)
     for a in mats.double():
         p = a @ p
@@ -109,6 +109,7 @@ def composite_gains(mats: torch.Tensor) -> dict[str, list[float]]:
         out["row_sum"].append(p.abs().sum(-1).max().item())
         out["spectral"].append(s[0].item())
         out["second"].append(s[1].item())
+        out["smallest"].append(s[-1].item())
     return out
 
 
