@@ -29,6 +29,12 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
+def _sk(logits, n_iters=20, dtype=torch.float32):
+    """Exercise 6's sinkhorn_knopp from the chapter's pieces: positive(logits) in ``dtype``, then
+    sinkhorn_scale, returned in the logits' dtype."""
+    return st.sinkhorn_scale(st.positive(logits.to(dtype)), n_iters).to(logits.dtype)
+
+
 def _reference_sinkhorn(logits, n_iters):
     """The formula exercise 6 fixes, written out independently, in float64."""
     p = torch.exp(logits.double() - logits.double().max())
@@ -55,7 +61,7 @@ def test_sinkhorn_columns_sum_to_one_exactly_and_rows_only_nearly(t):
     the rows are near 1, not exactly, for logits that are far from uniform."""
     g = torch.Generator().manual_seed(t)
     z = 4 * torch.eye(4) + 0.5 * torch.randn(4, 4, generator=g)
-    p = st.sinkhorn_knopp(z, t)
+    p = _sk(z, t)
     rows, cols = st.stochastic_errors(p)
     assert cols < 1e-6
     assert 1e-5 < rows < 0.1
@@ -68,7 +74,7 @@ def test_sinkhorn_rows_approach_one_as_iterations_grow():
     errs = st.sinkhorn_convergence(z, 60)["rows"]
     assert errs[59] < 1e-3 * errs[4]
     assert all(b <= a * 1.0001 for a, b in zip(errs[5:], errs[6:]))
-    p = st.sinkhorn_knopp(z.double(), 200, compute_dtype=torch.float64)
+    p = _sk(z.double(), 200, torch.float64)
     assert max(st.stochastic_errors(p)) < 1e-12
 
 
@@ -76,7 +82,7 @@ def test_sinkhorn_matches_the_exercise_formula_and_not_the_other_order():
     """Rows then columns, from exp(logits - max), in float32; normalizing the columns first would
     leave the rows exact instead, which the check notices."""
     z = 2 * torch.randn(3, 5, 5, generator=torch.Generator().manual_seed(2))
-    p = st.sinkhorn_knopp(z, 4)
+    p = _sk(z, 4)
     assert p.dtype == torch.float32
     for i in range(3):
         torch.testing.assert_close(p[i].double(), _reference_sinkhorn(z[i], 4), atol=1e-6, rtol=1e-5)
@@ -87,15 +93,22 @@ def test_sinkhorn_matches_the_exercise_formula_and_not_the_other_order():
     assert not torch.allclose(p[0], wrong, atol=1e-4)
 
 
-def test_sinkhorn_ignores_a_shift_keeps_the_dtype_and_does_not_overflow():
-    """Adding a constant to every logit changes nothing; bfloat16 in gives bfloat16 out (computed in
-    float32); logits of 1000 give no inf or NaN, since the max is subtracted first."""
+def test_sinkhorn_ignores_a_shift_and_does_not_overflow():
+    """Adding a constant to every logit changes nothing; logits of 1000 give no inf or NaN, since
+    positive() subtracts the max first (exp(1000) alone overflows)."""
     z = torch.randn(4, 4, generator=torch.Generator().manual_seed(3))
-    torch.testing.assert_close(st.sinkhorn_knopp(z + 7.0), st.sinkhorn_knopp(z))
-    assert st.sinkhorn_knopp(z.bfloat16()).dtype == torch.bfloat16
-    big = st.sinkhorn_knopp(z + 1000.0)
+    torch.testing.assert_close(_sk(z + 7.0), _sk(z))
+    big = _sk(z + 1000.0)
     assert torch.isfinite(big).all()
-    torch.testing.assert_close(big, st.sinkhorn_knopp(z))
+    torch.testing.assert_close(big, _sk(z))
+    assert not torch.isfinite(st.sinkhorn_scale(torch.exp(z + 1000.0), 3)).all()
+
+
+def test_mhc_mixing_is_computed_in_float32_and_returned_in_the_logits_dtype():
+    m = st.MHCConnection(16, 4, res_diagonal=4.0).to(torch.bfloat16)
+    _, _, res = m.mappings()
+    assert res.dtype == torch.bfloat16
+    torch.testing.assert_close(res.float(), _sk(m.res_logits.float()), atol=1e-2, rtol=0)
 
 
 def test_sinkhorn_is_coordinate_descent_on_a_convex_function():
@@ -110,7 +123,7 @@ def test_gradient_through_unrolled_sinkhorn_matches_finite_differences():
     unrolled gradient approaches the limit's as the iterations grow."""
     z = torch.randn(3, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64,
                     requires_grad=True)
-    assert torch.autograd.gradcheck(lambda z: st.sinkhorn_knopp(z, 6, compute_dtype=torch.float64), (z,))
+    assert torch.autograd.gradcheck(lambda z: _sk(z, 6, torch.float64), (z,))
     w = torch.randn(3, 3, generator=torch.Generator().manual_seed(6))
     ref = st.unrolled_gradient(z, w, 300)
     d2 = (st.unrolled_gradient(z, w, 2) - ref).abs().max()
@@ -121,8 +134,8 @@ def test_gradient_through_unrolled_sinkhorn_matches_finite_differences():
 def test_autograd_keeps_more_for_more_iterations():
     """The unrolled backward stores intermediates of every iteration."""
     z = torch.zeros(4, 4, requires_grad=True)
-    one = st.saved_numbers(lambda z: st.sinkhorn_knopp(z, 1), z)
-    twenty = st.saved_numbers(lambda z: st.sinkhorn_knopp(z, 20), z)
+    one = st.saved_numbers(lambda z: _sk(z, 1), z)
+    twenty = st.saved_numbers(lambda z: _sk(z, 20), z)
     assert twenty > 10 * one > 0
 
 
@@ -133,7 +146,7 @@ def test_products_of_doubly_stochastic_matrices_stay_bounded():
     and spectral norm are 1 at every depth, and its second singular value falls."""
     g = torch.Generator().manual_seed(7)
     logits = 2 * torch.eye(4, dtype=torch.float64) + torch.randn(64, 4, 4, generator=g, dtype=torch.float64)
-    mats = st.sinkhorn_knopp(logits, 300, compute_dtype=torch.float64)
+    mats = _sk(logits, 300, torch.float64)
     assert max(st.stochastic_errors(mats)) < 1e-12
     gains = st.composite_gains(mats)
     assert max(gains["row_sum"]) < 1 + 1e-9 and min(gains["row_sum"]) > 1 - 1e-9
@@ -156,8 +169,7 @@ def test_a_doubly_stochastic_matrix_bounds_the_norm_and_keeps_the_mean():
     """||Hx|| <= ||x|| (strictly smaller for most x) and the mean over streams is unchanged;
     a matrix whose rows do not sum to 1 breaks the bound."""
     g = torch.Generator().manual_seed(9)
-    h = st.sinkhorn_knopp(torch.randn(4, 4, generator=g, dtype=torch.float64), 300,
-                          compute_dtype=torch.float64)
+    h = _sk(torch.randn(4, 4, generator=g, dtype=torch.float64), 300, torch.float64)
     x = torch.randn(4, 500, generator=g, dtype=torch.float64)
     ratio = (h @ x).norm(dim=0) / x.norm(dim=0)
     assert ratio.max() <= 1 + 1e-12 and ratio.median() < 0.99
@@ -171,7 +183,7 @@ def test_a_doubly_stochastic_matrix_bounds_the_norm_and_keeps_the_mean():
 
 def test_mhc_starts_with_the_stated_mappings():
     """All logits zero: H_pre = 1/2, H_post = 1, H_res = J/n (exactly doubly stochastic)."""
-    m = st.MHCResidual(16, _sublayer(), n_streams=4)
+    m = st.MHCConnection(16, n_streams=4)
     for p in (m.pre_logits, m.post_logits, m.res_logits):
         assert (p == 0).all()
     pre, post, res = m.mappings()
@@ -185,9 +197,9 @@ def test_mhc_with_one_stream_is_the_prenorm_residual():
     """n = 1: x + F(norm(x / 2)), which RMSNorm makes x + F(norm(x)) up to its eps. Forgetting the
     norm (x + F(x / 2)) is caught."""
     f = _sublayer(seed=1)
-    m = st.MHCResidual(16, f, n_streams=1)
+    m = st.MHCConnection(16, n_streams=1)
     x = torch.randn(3, 5, 16, generator=torch.Generator().manual_seed(10))
-    out = m(x.unsqueeze(-2)).squeeze(-2)
+    out = m(x.unsqueeze(-2), f).squeeze(-2)
     want = x + f(F.rms_norm(x, (16,), eps=1e-6))
     torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(out, x + f(x / 2), atol=1e-3)
@@ -198,11 +210,11 @@ def test_connections_with_equal_streams_start_as_the_prenorm_residual(layer):
     """With n equal streams y, every output stream is y + F(norm(y)) at the start, for mHC (all
     logits zero, or this chapter's start) and for HC's initialization."""
     f = _sublayer(seed=2)
-    conn = {"mHC": lambda: st.MHCResidual(16, f, 4),
-            "mHC read": lambda: st.MHCResidual(16, f, 4, read_stream=5, res_diagonal=4.0),
-            "HC": lambda: st.HCResidual(16, f, 4, layer_index=3)}[layer]()
+    conn = {"mHC": lambda: st.MHCConnection(16, 4),
+            "mHC read": lambda: st.MHCConnection(16, 4, read_stream=5, res_diagonal=4.0),
+            "HC": lambda: st.HCConnection(16, 4, layer_index=3)}[layer]()
     y = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(11))
-    out = conn(y.unsqueeze(-2).expand(2, 7, 4, 16))
+    out = conn(y.unsqueeze(-2).expand(2, 7, 4, 16), f)
     want = (y + f(F.rms_norm(y, (16,), eps=1e-6))).unsqueeze(-2).expand(2, 7, 4, 16)
     torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
 
@@ -211,27 +223,27 @@ def test_mhc_forward_computes_its_formula_for_any_logits():
     """out_i = sum_j H_res[i, j] x_j + H_post[i] F(norm(sum_i H_pre[i] x_i)) with random logits;
     the transposed mixing sum_j H_res[j, i] x_j is caught."""
     f = _sublayer(seed=3)
-    m = st.MHCResidual(16, f, 4)
+    m = st.MHCConnection(16, 4)
     g = torch.Generator().manual_seed(12)
     with torch.no_grad():
         for p in (m.pre_logits, m.post_logits, m.res_logits):
             p.copy_(torch.randn(p.shape, generator=g))
     x = torch.randn(5, 4, 16, generator=g)
-    pre, post, res = torch.sigmoid(m.pre_logits), 2 * torch.sigmoid(m.post_logits), st.sinkhorn_knopp(m.res_logits)
+    pre, post, res = torch.sigmoid(m.pre_logits), 2 * torch.sigmoid(m.post_logits), _sk(m.res_logits)
     y = f(m.norm((pre[:, None] * x).sum(-2)))
     want = torch.stack([sum(res[i, j] * x[:, j] for j in range(4)) + post[i] * y for i in range(4)], dim=1)
-    torch.testing.assert_close(m(x), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m(x, f), want, atol=1e-5, rtol=1e-5)
     transposed = torch.stack([sum(res[j, i] * x[:, j] for j in range(4)) + post[i] * y for i in range(4)], dim=1)
-    assert not torch.allclose(m(x), transposed, atol=1e-4)
+    assert not torch.allclose(m(x, f), transposed, atol=1e-4)
 
 
 def test_dynamic_mhc_starts_as_the_static_layer_and_stays_doubly_stochastic():
     """The input-dependent part starts at zero; once its projection moves, each token gets its own
     H_res, whose columns still sum to 1."""
     f = _sublayer(seed=4)
-    static, dynamic = st.MHCResidual(16, f, 4), st.MHCResidual(16, f, 4, dynamic=True)
+    static, dynamic = st.MHCConnection(16, 4), st.MHCConnection(16, 4, dynamic=True)
     x = torch.randn(3, 4, 16, generator=torch.Generator().manual_seed(13))
-    torch.testing.assert_close(dynamic(x), static(x))
+    torch.testing.assert_close(dynamic(x, f), static(x, f))
     with torch.no_grad():
         dynamic.phi.normal_(0, 1.0)
         dynamic.alpha.fill_(1.0)
@@ -261,7 +273,8 @@ def test_zero_start_mhc_gets_no_gradient_on_its_mixing():
 
 def test_depth_attention_with_zero_query_is_the_mean():
     sources = torch.randn(5, 3, 7, 16, generator=torch.Generator().manual_seed(15))
-    torch.testing.assert_close(st.depth_attention(sources, torch.zeros(16)), sources.mean(0))
+    out = st.attend_depth(sources, st.rms_keys(sources), torch.zeros(16))
+    torch.testing.assert_close(out, sources.mean(0))
 
 
 def test_depth_attention_computes_its_formula():
@@ -273,9 +286,10 @@ def test_depth_attention_computes_its_formula():
     keys = sources / sources.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
     alpha = torch.softmax(keys @ q, dim=0)
     want = (alpha[..., None] * sources).sum(0)
-    torch.testing.assert_close(st.depth_attention(sources, q), want)
+    out = st.attend_depth(sources, st.rms_keys(sources), q)
+    torch.testing.assert_close(out, want)
     raw = (torch.softmax(sources @ q, dim=0)[..., None] * sources).sum(0)
-    assert not torch.allclose(st.depth_attention(sources, q), raw, atol=1e-3)
+    assert not torch.allclose(out, raw, atol=1e-3)
 
 
 def test_block_sources_group_the_outputs():
@@ -340,5 +354,5 @@ def test_residual_bytes_and_parameters():
     assert c4["kept_for_backward"] == 64 * 4 * 8192 and c4["traffic_per_sublayer"] == 2 * 4 * 8192
     assert st.mhc_parameters(4096, 4, dynamic=False) == 24
     assert st.mhc_parameters(4096, 4, dynamic=True) == 24 + 4 * 4096 * 24 + 3
-    assert math.isclose(math.exp(4) / (math.exp(4) + 3), st.sinkhorn_knopp(4 * torch.eye(4))[0, 0].item(),
+    assert math.isclose(math.exp(4) / (math.exp(4) + 3), _sk(4 * torch.eye(4))[0, 0].item(),
                         rel_tol=1e-6)

@@ -12,8 +12,12 @@ each of its attention and MLP sublayers wrapped by one of these connections::
     HC, mHC:   X  <- H_res X + H_post f(norm(H_pre X))               n streams,  X: [B, T, n, D]
     AttnRes:   v_l = f_l(norm(sum_{i<l} alpha_{i->l} v_i)),  v_0 = the embedding
 
-Exercise 6 of the course fixes three of the names and their formulas (``sinkhorn_knopp``,
-``MHCResidual``, ``depth_attention``); the ones here compute the same things.
+Exercise 6 of the course fixes three names and their formulas (``sinkhorn_knopp``,
+``MHCResidual``, ``depth_attention``). The book prints no answer to an exercise, so the code here
+computes the same formulas cut differently: :func:`sinkhorn_scale` scales a positive matrix (the
+exercise's function also exponentiates the logits, in float32), :class:`MHCConnection` is given
+its sublayer at each call instead of at construction, and the reading step of attention over
+depth is :func:`attend_depth` with the keys from :func:`rms_keys`.
 """
 from __future__ import annotations
 
@@ -34,22 +38,23 @@ RES_DIAGONAL = 4.0
 
 # --- Sinkhorn-Knopp -----------------------------------------------------------------------------
 
-def sinkhorn_knopp(logits: torch.Tensor, n_iters: int = 20,
-                   compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A (nearly) doubly stochastic matrix from unconstrained logits [..., n, n].
+def positive(logits: torch.Tensor) -> torch.Tensor:
+    """exp(logits - max), the max over the last two dimensions: a positive matrix [..., n, n] for
+    :func:`sinkhorn_scale`. The shift cancels in the first row normalization; it only keeps exp
+    from overflowing."""
+    return torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True))
 
-    P0 = exp(logits - max), the max over the last two dimensions (the shift cancels in the first
-    row normalization; it only keeps exp from overflowing). Then ``n_iters`` times: divide each
-    row by its sum, then each column by its sum. After the last step every column sums to 1 up to
-    rounding; the rows only approximately (they were exact one half-step earlier). Computed in
-    ``compute_dtype`` (float32, as exercise 6 fixes), returned in the logits' dtype.
-    """
-    x = logits.to(compute_dtype)
-    p = torch.exp(x - x.amax(dim=(-2, -1), keepdim=True))
+
+def sinkhorn_scale(a: torch.Tensor, n_iters: int = 20) -> torch.Tensor:
+    """Sinkhorn-Knopp on a positive matrix a [..., n, n], in a's dtype: ``n_iters`` times, divide
+    each row by its sum, then each column by its sum. After the last step every column sums to 1
+    up to rounding; the rows only approximately (they were exact one half-step earlier).
+    mHC applies it to positive(logits), in float32."""
+    p = a
     for _ in range(n_iters):
         p = p / p.sum(dim=-1, keepdim=True)  # rows sum to 1
         p = p / p.sum(dim=-2, keepdim=True)  # columns sum to 1
-    return p.to(logits.dtype)
+    return p
 
 
 def stochastic_errors(p: torch.Tensor) -> tuple[float, float]:
@@ -121,15 +126,14 @@ def perturbed_identities(depth: int, n: int, scale: float, gen: torch.Generator)
 
 # --- the connections ----------------------------------------------------------------------------
 
-class HCResidual(nn.Module):
+class HCConnection(nn.Module):
     """A static hyper-connection around one sublayer (Zhu et al.), unconstrained:
     h = sum_i a_i x_i;  out_i = sum_j R_ij x_j + b_i * sublayer(norm(h)),  x: [..., n, dim].
     Initialized as the paper does so that it computes the pre-norm residual: a = e_(k mod n)
     (sublayer k reads one stream), R = I, b = 1 (its output goes to every stream)."""
 
-    def __init__(self, dim: int, sublayer: nn.Module, n_streams: int = 4, layer_index: int = 0):
+    def __init__(self, dim: int, n_streams: int = 4, layer_index: int = 0):
         super().__init__()
-        self.sublayer = sublayer
         self.norm = nn.RMSNorm(dim, eps=1e-6)
         pre = torch.zeros(n_streams)
         pre[layer_index % n_streams] = 1.0
@@ -140,18 +144,19 @@ class HCResidual(nn.Module):
     def connection_parameters(self):
         return [self.pre, self.post, self.res]
 
-    def forward(self, x):
+    def forward(self, x, sublayer):
         h = torch.einsum("i,...id->...d", self.pre, x)
-        y = self.sublayer(self.norm(h))
+        y = sublayer(self.norm(h))
         return torch.einsum("ij,...jd->...id", self.res, x) + self.post[:, None] * y.unsqueeze(-2)
 
 
-class MHCResidual(nn.Module):
-    """A manifold-constrained hyper-connection around one sublayer (mHC):
+class MHCConnection(nn.Module):
+    """A manifold-constrained hyper-connection around one sublayer (mHC), given the sublayer at
+    each call (exercise 6's MHCResidual holds it instead):
 
-        H_pre = sigmoid(pre_logits)        (n,)    how much of each stream the sublayer reads
-        H_post = 2 sigmoid(post_logits)    (n,)    how much of its output each stream receives
-        H_res = sinkhorn_knopp(res_logits) (n, n)  doubly stochastic mixing of the streams
+        H_pre = sigmoid(pre_logits)                          (n,)    how much of each stream the sublayer reads
+        H_post = 2 sigmoid(post_logits)                      (n,)    how much of its output each stream receives
+        H_res = sinkhorn_scale(positive(res_logits), n_iters) (n, n) doubly stochastic mixing of the streams
         h = sum_i H_pre[i] x_i;   out_i = sum_j H_res[i, j] x_j + H_post[i] * sublayer(norm(h))
 
     All logits start at 0: H_pre = 1/2, H_post = 1, H_res = J/n (every entry 1/n). With n equal
@@ -167,11 +172,11 @@ class MHCResidual(nn.Module):
     The mappings are then per token: H_pre [..., n], H_post [..., n], H_res [..., n, n].
     """
 
-    def __init__(self, dim: int, sublayer: nn.Module, n_streams: int = 4, n_iters: int = 20,
-                 dynamic: bool = False, read_stream: int | None = None, res_diagonal: float = 0.0):
+    def __init__(self, dim: int, n_streams: int = 4, n_iters: int = 20, dynamic: bool = False,
+                 read_stream: int | None = None, res_diagonal: float = 0.0):
         super().__init__()
         n = n_streams
-        self.sublayer, self.n, self.n_iters = sublayer, n, n_iters
+        self.n, self.n_iters = n, n_iters
         pre = torch.zeros(n)
         if read_stream is not None:  # start reading mostly one stream: sigmoid(3) = 0.95, sigmoid(-3) = 0.05
             pre.fill_(-3.0)
@@ -202,38 +207,36 @@ class MHCResidual(nn.Module):
         return pre, post, res
 
     def mappings(self, x=None):
-        """(H_pre, H_post, H_res); ``x`` is needed only when the layer is dynamic."""
+        """(H_pre, H_post, H_res); ``x`` is needed only when the layer is dynamic. H_res is
+        computed in float32 and returned in the logits' dtype."""
         pre, post, res = self.logits(x)
-        return torch.sigmoid(pre), 2 * torch.sigmoid(post), sinkhorn_knopp(res, self.n_iters)
+        h_res = sinkhorn_scale(positive(res.float()), self.n_iters).to(res.dtype)
+        return torch.sigmoid(pre), 2 * torch.sigmoid(post), h_res
 
-    def forward(self, x, mappings=None):  # x: [..., n, dim]
+    def forward(self, x, sublayer, mappings=None):  # x: [..., n, dim]
         # ``mappings``: (H_pre, H_post, H_res) computed by the caller (StreamNet computes every
         # static layer's at once: one Sinkhorn over a stack of matrices instead of one per layer)
         h_pre, h_post, h_res = self.mappings(x) if mappings is None else mappings
         h = torch.einsum("...i,...id->...d", h_pre, x)            # sum_i H_pre[i] x_i
-        y = self.sublayer(self.norm(h))
+        y = sublayer(self.norm(h))
         mixed = torch.einsum("...ij,...jd->...id", h_res, x)      # sum_j H_res[i, j] x_j
         return mixed + h_post.unsqueeze(-1) * y.unsqueeze(-2)
 
 
-def depth_attention(sources: torch.Tensor, query: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Attention over depth (attention residuals): sources [S, ..., dim], query [dim].
-
-    k_s = sources[s] / sqrt(mean(sources[s]^2) + eps)   (RMSNorm without a gain: the keys)
-    alpha = softmax over s of k_s . query                 (one weight per source and token)
-    returns sum_s alpha_s sources[s]                      (the values are the sources themselves)
-    A zero query gives every source the weight 1/S: the plain mean."""
-    return attend_depth(sources, rms_keys(sources, eps), query)
-
-
 def rms_keys(sources: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """The keys of :func:`depth_attention`: each source divided by its RMS over the last dim."""
+    """The keys of attention over depth: each source [S, ..., dim] divided by its root mean square
+    over the last dimension, sqrt(mean(sources[s]^2) + eps) (RMSNorm without a gain)."""
     return sources * torch.rsqrt(sources.pow(2).mean(-1, keepdim=True) + eps)
 
 
 def attend_depth(values: torch.Tensor, keys: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-    """sum_s softmax_s(keys[s] . query) values[s]: depth_attention with the keys given (StreamNet
-    computes each output's key once, not once per later reader)."""
+    """Attention over depth (attention residuals): values [S, ..., dim] (the earlier outputs),
+    keys = rms_keys(values), query [dim] (a sublayer's pseudo-query).
+
+    alpha = softmax over s of keys[s] . query    (one weight per source and token)
+    returns sum_s alpha_s values[s]
+    A zero query gives every source the weight 1/S: the plain mean. StreamNet computes each
+    output's key once and reuses it for every later reader."""
     alpha = (keys @ query).softmax(dim=0)                     # [S, ...]
     return (alpha.unsqueeze(-1) * values).sum(0)
 
@@ -269,15 +272,15 @@ class StreamLayer(nn.Module):
         if kind == "AttnRes":  # one pseudo-query per sublayer, zero: the plain mean at the start
             self.q1, self.q2 = nn.Parameter(torch.zeros(d)), nn.Parameter(torch.zeros(d))
         if kind == "HC":
-            self.c1 = HCResidual(d, self.attn, n_streams, layer_index=2 * index)
-            self.c2 = HCResidual(d, self.mlp, n_streams, layer_index=2 * index + 1)
+            self.c1 = HCConnection(d, n_streams, layer_index=2 * index)
+            self.c2 = HCConnection(d, n_streams, layer_index=2 * index + 1)
         if kind == "mHC":
             read = (None, None) if zero_start else (2 * index, 2 * index + 1)
             diag = 0.0 if zero_start else RES_DIAGONAL
-            self.c1 = MHCResidual(d, self.attn, n_streams, dynamic=dynamic, read_stream=read[0],
-                                  res_diagonal=diag)
-            self.c2 = MHCResidual(d, self.mlp, n_streams, dynamic=dynamic, read_stream=read[1],
-                                  res_diagonal=diag)
+            self.c1 = MHCConnection(d, n_streams, dynamic=dynamic, read_stream=read[0],
+                                    res_diagonal=diag)
+            self.c2 = MHCConnection(d, n_streams, dynamic=dynamic, read_stream=read[1],
+                                    res_diagonal=diag)
 
     def sublayers(self):
         """[(sublayer, its norm or None, its connection or pseudo-query or None)] x 2."""
@@ -296,7 +299,7 @@ class StreamNet(nn.Module):
     mHC with every logit at 0 (``zero_start=True``, exercise 6's start) treats the n streams
     alike, and so do the copied embedding and the averaged readout: nothing can ever make the
     streams differ. By default sublayer k therefore starts reading mostly stream k mod n, as
-    HC's initialization does (``read_stream`` of :class:`MHCResidual`)."""
+    HC's initialization does (``read_stream`` of :class:`MHCConnection`)."""
 
     def __init__(self, cfg: beyond.Config, kind: str = "pre-norm", n_streams: int = 4,
                  seed: int = 0, dynamic: bool = False, attn_block: int | None = None,
@@ -343,11 +346,12 @@ class StreamNet(nn.Module):
             maps = [None] * len(subs)
             if self.kind == "mHC" and not subs[0][2].dynamic:  # every H_res in one Sinkhorn call
                 conns = [c for _, _, c in subs]
-                res = sinkhorn_knopp(torch.stack([c.res_logits for c in conns]), conns[0].n_iters)
+                logits = torch.stack([c.res_logits for c in conns])
+                res = sinkhorn_scale(positive(logits), conns[0].n_iters)
                 maps = [(torch.sigmoid(c.pre_logits), 2 * torch.sigmoid(c.post_logits), r)
                         for c, r in zip(conns, res)]
-            for (_, _, conn), m in zip(subs, maps):
-                xs = conn(xs) if m is None else conn(xs, m)
+            for (f, _, conn), m in zip(subs, maps):
+                xs = conn(xs, f) if m is None else conn(xs, f, m)
             return xs.mean(-2)
         outputs = [x]                                   # AttnRes: v_0 = the embedding
         keys = [rms_keys(x)]                            # one key per output, reused by every reader
@@ -355,7 +359,8 @@ class StreamNet(nn.Module):
             if self.attn_block is None:
                 h = attend_depth(torch.stack(outputs), torch.stack(keys), q)
             else:                                       # block sums change: keys computed afresh
-                h = depth_attention(torch.stack(self.sources(outputs)), q)
+                src = torch.stack(self.sources(outputs))
+                h = attend_depth(src, rms_keys(src), q)
             if f is None:
                 return h                                # the final readout
             outputs.append(f(norm(h)))                  # v_l = f_l(norm(h_l))
@@ -436,9 +441,9 @@ def attnres_trace(model: StreamNet, tokens: torch.Tensor) -> dict[str, list]:
     inputs, weights = [], []
     for f, norm, q in readers + [(None, None, model.q_final)]:
         src = torch.stack(model.sources(outputs))
-        keys = src * torch.rsqrt(src.pow(2).mean(-1, keepdim=True) + 1e-6)
-        weights.append((keys * q).sum(-1).softmax(0).mean(dim=(1, 2)).tolist())
-        h = depth_attention(src, q)
+        keys = rms_keys(src)
+        weights.append((keys @ q).softmax(0).mean(dim=(1, 2)).tolist())
+        h = attend_depth(src, keys, q)
         inputs.append(rms(h).mean().item())
         if f is not None:
             outputs.append(f(norm(h)))
@@ -450,7 +455,7 @@ def mixing_matrices(model: StreamNet) -> torch.Tensor:
     mats = []
     for layer in model.layers:
         for _, _, conn in layer.sublayers():
-            mats.append(conn.res.detach() if isinstance(conn, HCResidual)
+            mats.append(conn.res.detach() if isinstance(conn, HCConnection)
                         else conn.mappings()[2].detach())
     return torch.stack(mats)
 
@@ -491,8 +496,8 @@ def saved_numbers(fn, *args) -> int:
 
 
 def unrolled_gradient(logits: torch.Tensor, weights: torch.Tensor, n_iters: int) -> torch.Tensor:
-    """d/d logits of sum(weights * sinkhorn_knopp(logits, n_iters)), by autograd through the
-    ``n_iters`` unrolled iterations, in float64."""
+    """d/d logits of sum(weights * sinkhorn_scale(positive(logits), n_iters)), by autograd
+    through the ``n_iters`` unrolled iterations, in float64."""
     x = logits.detach().double().requires_grad_(True)
-    (weights.double() * sinkhorn_knopp(x, n_iters, compute_dtype=torch.float64)).sum().backward()
+    (weights.double() * sinkhorn_scale(positive(x), n_iters)).sum().backward()
     return x.grad
