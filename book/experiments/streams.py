@@ -450,6 +450,24 @@ def attnres_trace(model: StreamNet, tokens: torch.Tensor) -> dict[str, list]:
     return {"inputs": inputs, "weights": weights}
 
 
+@torch.no_grad()
+def stream_spread(model: StreamNet, tokens: torch.Tensor) -> list[float]:
+    """An HC or mHC model's n streams after each sublayer, on ``tokens`` [B, ctx + 1]: how far
+    they are apart, mean over tokens of sqrt(mean_i ||x_i - mean_j x_j||^2) / ||mean_j x_j||
+    (0 when the streams are equal copies)."""
+    assert model.kind in ("HC", "mHC")
+    x = model.embed(tokens[:, :-1])
+    xs = x.unsqueeze(-2).expand(*x.shape[:-1], model.n, x.shape[-1])
+    out = []
+    for layer in model.layers:
+        for f, _, conn in layer.sublayers():
+            xs = conn(xs, f)
+            mean = xs.mean(-2)
+            spread = (xs - mean.unsqueeze(-2)).pow(2).sum(-1).mean(-1).sqrt()
+            out.append((spread / mean.norm(dim=-1)).mean().item())
+    return out
+
+
 def mixing_matrices(model: StreamNet) -> torch.Tensor:
     """The residual mixing matrix of every sublayer of a (static) HC or mHC model: [2 depth, n, n]."""
     mats = []
