@@ -30,13 +30,13 @@ def _one_thread():
 
 
 def _sk(logits, n_iters=20, dtype=torch.float32):
-    """Exercise 6's sinkhorn_knopp from the chapter's pieces: positive(logits) in ``dtype``, then
-    sinkhorn_scale, returned in the logits' dtype."""
+    """Programming exercise 6's sinkhorn_knopp from the chapter's pieces: positive(logits) in
+    ``dtype``, then sinkhorn_scale, returned in the logits' dtype."""
     return st.sinkhorn_scale(st.positive(logits.to(dtype)), n_iters).to(logits.dtype)
 
 
 def _reference_sinkhorn(logits, n_iters):
-    """The formula exercise 6 fixes, written out independently, in float64."""
+    """The formula programming exercise 6 fixes, written out independently, in float64."""
     p = torch.exp(logits.double() - logits.double().max())
     for _ in range(n_iters):
         p = p / p.sum(1, keepdim=True)

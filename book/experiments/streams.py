@@ -10,14 +10,16 @@ each of its attention and MLP sublayers wrapped by one of these connections::
 
     pre-norm:  x  <- x + f(norm(x))                                 one stream, x: [B, T, D]
     HC, mHC:   X  <- H_res X + H_post f(norm(H_pre X))               n streams,  X: [B, T, n, D]
-    AttnRes:   v_l = f_l(norm(sum_{i<l} alpha_{i->l} v_i)),  v_0 = the embedding
+    AttnRes:   v_{l+1} = f_l(norm(h_l)),  h_l = sum_{i<=l} alpha_{i->l} v_i,  v_0 = the embedding
 
-Exercise 6 of the course fixes three names and their formulas (``sinkhorn_knopp``,
-``MHCResidual``, ``depth_attention``). The book prints no answer to an exercise, so the code here
-computes the same formulas cut differently: :func:`sinkhorn_scale` scales a positive matrix (the
-exercise's function also exponentiates the logits, in float32), :class:`MHCConnection` is given
-its sublayer at each call instead of at construction, and the reading step of attention over
-depth is :func:`attend_depth` with the keys from :func:`rms_keys`.
+(sublayers l = 0 .. L-1; sublayer l reads the l + 1 sources v_0 .. v_l and writes v_{l+1}; the
+final norm reads h_L, over all L + 1 sources.) The course's programming exercise 6 fixes three
+names and their formulas (``sinkhorn_knopp``, ``MHCResidual``, ``depth_attention``). The book
+prints no answer to an exercise, so the code here computes the same formulas cut differently:
+:func:`sinkhorn_scale` scales a positive matrix (the exercise's function also exponentiates the
+logits, in float32), :class:`MHCConnection` is given its sublayer at each call instead of at
+construction, and the reading step of attention over depth is :func:`attend_depth` with the keys
+from :func:`rms_keys`.
 """
 from __future__ import annotations
 
@@ -85,12 +87,12 @@ def sinkhorn_objective(logits: torch.Tensor, n_iters: int) -> list[float]:
 
     has gradient (row sum i - 1) in u_i and (column sum j - 1) in v_j: setting the u-gradient to
     0 with v fixed is exactly the row normalization, and the v-gradient the column one. Returns f
-    after each half-step (2 n_iters values): it can only go down."""
+    at the start (u = v = 0) and after each half-step (2 n_iters + 1 values): it can only go down."""
     a = logits.double().exp()
     u = torch.zeros(a.shape[-2], dtype=torch.float64)
     v = torch.zeros(a.shape[-1], dtype=torch.float64)
     scaled = lambda: a * (u[:, None] + v[None, :]).exp()
-    out = []
+    out = [(scaled().sum() - u.sum() - v.sum()).item()]
     for _ in range(n_iters):
         u = u - scaled().sum(-1).log()      # rows to 1: the minimum of f over u
         out.append((scaled().sum() - u.sum() - v.sum()).item())
@@ -105,13 +107,15 @@ def composite_gains(mats: torch.Tensor) -> dict[str, list[float]]:
     """For the products P_L = A_L ... A_2 A_1 of the first L matrices of ``mats`` [depth, n, n],
     L = 1 .. depth: the largest absolute row sum (the infinity norm: how much one output stream
     can gain over the largest input stream), the spectral norm (largest singular value), the
-    second-largest and the smallest singular value. Computed in float64."""
-    out = {"row_sum": [], "spectral": [], "second": [], "smallest": []}
+    second-largest and the smallest singular value, and the largest |column sum - 1| ("col_err":
+    0 up to rounding for products of column-stochastic matrices). Computed in float64."""
+    out = {"row_sum": [], "spectral": [], "second": [], "smallest": [], "col_err": []}
     p = torch.eye(mats.shape[-1], dtype=torch.float64)
     for a in mats.double():
         p = a @ p
         s = torch.linalg.svdvals(p)
         out["row_sum"].append(p.abs().sum(-1).max().item())
+        out["col_err"].append((p.sum(-2) - 1).abs().max().item())
         out["spectral"].append(s[0].item())
         out["second"].append(s[1].item())
         out["smallest"].append(s[-1].item())
@@ -152,7 +156,7 @@ class HCConnection(nn.Module):
 
 class MHCConnection(nn.Module):
     """A manifold-constrained hyper-connection around one sublayer (mHC), given the sublayer at
-    each call (exercise 6's MHCResidual holds it instead):
+    each call (programming exercise 6's MHCResidual holds it instead):
 
         H_pre = sigmoid(pre_logits)                          (n,)    how much of each stream the sublayer reads
         H_post = 2 sigmoid(post_logits)                      (n,)    how much of its output each stream receives
@@ -166,9 +170,10 @@ class MHCConnection(nn.Module):
     removes the difference, so the layer still starts as the pre-norm residual.
 
     ``dynamic=True`` adds mHC's input-dependent part: each logit also gets alpha * (x~ . phi), where
-    x~ is the token's n streams flattened to one vector of n*dim and RMS-normalized, phi a learned
-    projection (zero at the start, so the layer starts as the static one) and alpha one learned
-    scalar per mapping (0.01 at the start here: with phi = 0 and alpha = 0 neither would move).
+    x~ is the token's n streams flattened to one vector of n*dim and RMS-normalized with no gain
+    (F.rms_norm without a weight, eps 1e-6), phi a learned projection [n*dim, 2n + n^2] (zero at
+    the start, so the layer starts as the static one) and alpha three learned scalars, one per
+    mapping (0.01 at the start here: with phi = 0 and alpha = 0 neither would get a gradient).
     The mappings are then per token: H_pre [..., n], H_post [..., n], H_res [..., n, n].
     """
 
@@ -296,10 +301,12 @@ class StreamNet(nn.Module):
     AttnRes reads the final stream with one more pseudo-query (``attn_block``: the block version,
     that many sublayers per block).
 
-    mHC with every logit at 0 (``zero_start=True``, exercise 6's start) treats the n streams
-    alike, and so do the copied embedding and the averaged readout: nothing can ever make the
-    streams differ. By default sublayer k therefore starts reading mostly stream k mod n, as
-    HC's initialization does (``read_stream`` of :class:`MHCConnection`)."""
+    mHC with every logit at 0 (``zero_start=True``, programming exercise 6's start) treats the n
+    streams alike, and so do the copied embedding and the averaged readout: nothing can ever make
+    the streams differ. By default sublayer k therefore starts reading mostly stream k mod n, as
+    HC's initialization does (``read_stream`` of :class:`MHCConnection`): these read logits are
+    what breaks the symmetry. The residual logits start at RES_DIAGONAL * I, which is symmetric
+    under permutations of the streams and breaks nothing by itself."""
 
     def __init__(self, cfg: beyond.Config, kind: str = "pre-norm", n_streams: int = 4,
                  seed: int = 0, dynamic: bool = False, attn_block: int | None = None,
@@ -355,7 +362,7 @@ class StreamNet(nn.Module):
             return xs.mean(-2)
         outputs = [x]                                   # AttnRes: v_0 = the embedding
         keys = [rms_keys(x)]                            # one key per output, reused by every reader
-        for f, norm, q in subs + [(None, None, self.q_final)]:
+        for f, norm, q in subs + [(None, None, self.q_final)]:  # sublayer l reads v_0 .. v_l
             if self.attn_block is None:
                 h = attend_depth(torch.stack(outputs), torch.stack(keys), q)
             else:                                       # block sums change: keys computed afresh
@@ -363,7 +370,7 @@ class StreamNet(nn.Module):
                 h = attend_depth(src, rms_keys(src), q)
             if f is None:
                 return h                                # the final readout
-            outputs.append(f(norm(h)))                  # v_l = f_l(norm(h_l))
+            outputs.append(f(norm(h)))                  # v_{l+1} = f_l(norm(h_l))
             keys.append(rms_keys(outputs[-1]))
 
     def forward(self, tokens):  # [B, T] -> logits [B, T, vocab]
@@ -433,8 +440,9 @@ def prenorm_trace(model: StreamNet, tokens: torch.Tensor) -> dict[str, list[floa
 
 @torch.no_grad()
 def attnres_trace(model: StreamNet, tokens: torch.Tensor) -> dict[str, list]:
-    """An AttnRes model on ``tokens``: the RMS of each sublayer's input h_l (and of what the final
-    norm reads), and the mean attention weights alpha_{i->l} of each reader (a list per reader)."""
+    """An AttnRes model on ``tokens``: the RMS of each sublayer's input h_l, l = 0 .. L-1 (and of
+    h_L, what the final norm reads), and the mean attention weights alpha_{i->l}, i = 0 .. l, of
+    each reader l (a list of l + 1 weights per reader; without blocks)."""
     assert model.kind == "AttnRes"
     outputs = [model.embed(tokens[:, :-1])]
     readers = [(f, norm, q) for layer in model.layers for f, norm, q in layer.sublayers()]
