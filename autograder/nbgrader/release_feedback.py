@@ -34,6 +34,7 @@ from nbgrader.utils import notebook_hash
 #: the most handed-in names one feedback page is also released under (a renamed notebook or two)
 MAX_NAMES = 5
 
+
 class ReleaseFeedback(ExchangeReleaseFeedback):
     """nbgrader's default ``release_feedback``, plus each page under the names the student handed in,
     and one malformed feedback folder never keeps the others' feedback back."""

@@ -114,22 +114,16 @@ def _no_grad(m):
 # Each entry: (dimension, n0, n1, case at n0, case at n1).
 
 def _norm(name, d, shape):
-    def student(ns):
+    def known(m):  # the benchmark's weights, on either side
         from coursekit.checks.benchmark import _bench_params
         from coursekit.checks.normcheck import set_params
-        m = ns[name](d)
         set_params(m, _bench_params(name, d), name)
         return _no_grad(m)
 
     def reference():
         from torch import nn
-
-        from coursekit.checks.benchmark import _bench_params
-        from coursekit.checks.normcheck import set_params
-        m = nn.LayerNorm(d) if name == "LayerNorm" else nn.RMSNorm(d, eps=1e-6)
-        set_params(m, _bench_params(name, d), name)
-        return _no_grad(m)
-    return Case(student, reference, lambda seed: (_x(shape, seed),))
+        return known(nn.LayerNorm(d) if name == "LayerNorm" else nn.RMSNorm(d, eps=1e-6))
+    return Case(lambda ns: known(ns[name](d)), reference, lambda seed: (_x(shape, seed),))
 
 
 def _norm_growth(name):
