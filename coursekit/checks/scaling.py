@@ -134,6 +134,20 @@ def _fused(shape):
     return calls
 
 
+def _streams(shape):
+    def calls(ns):
+        from coursekit.checks.streams import counted_step
+        return counted_step(ns, shape)
+    return calls
+
+
+def _sinkhorn(k):
+    def calls(ns):
+        from coursekit.checks.streams import counted_sinkhorn
+        return counted_sinkhorn(ns, k)
+    return calls
+
+
 GROWTH = types.MappingProxyType({  # read-only, and its entries tuples: a notebook cannot swap one
     "layernorm_benchmark": _norm_growth("LayerNorm"),
     "rmsnorm_benchmark": _norm_growth("RMSNorm"),
@@ -152,11 +166,17 @@ GROWTH = types.MappingProxyType({  # read-only, and its entries tuples: a notebo
         ("rows", 16, 128, _fused((16, 16)), _fused((128, 16))),
         ("features", 16, 128, _fused((16, 16)), _fused((16, 128))),
     ),
+    "streams_benchmark": (  # (batch, tokens, 4 streams, features); the n streams are not grown (n is fixed)
+        ("tokens", 8, 64, _streams((2, 8, 4, 16)), _streams((2, 64, 4, 16))),
+        ("batch", 2, 16, _streams((2, 8, 4, 16)), _streams((16, 8, 4, 16))),
+        ("features", 16, 128, _streams((2, 8, 4, 16)), _streams((2, 8, 4, 128))),
+        ("matrices", 2, 16, _sinkhorn(2), _sinkhorn(16)),
+    ),
 })
 
 #: what a loop over each dimension usually looks like, for the message
 WHAT = {"rows": "rows", "tokens": "tokens", "batch": "sequences of the batch", "features": "features",
-        "heads": "attention heads"}
+        "heads": "attention heads", "matrices": "matrices in a batch of logits"}
 
 
 def measure(gid: str, ns: dict) -> list[dict]:
