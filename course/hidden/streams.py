@@ -7,25 +7,30 @@ no implementation of the exercise.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from coursekit.checks import CheckFailed, register
 from coursekit.checks.compare import ANY, TOLERANCES, expect_close, expect_structure, expect_tensor, paired
 from coursekit.checks.residual import D
 from coursekit.checks.seeded import randn
-from coursekit.checks.streams import (DA, F32, F64, MHC, MIX_MISTAKES, SK, build_mhc, expect_dtype_shape, judge_parts,
+from coursekit.checks.streams import (DA, EQUAL_STREAMS_MISTAKES, F32, F64, MHC, SK, build_mhc, expect_dtype_shape, judge_parts,
                                       logits_of, mhc_formula, mhc_grads, mhc_params, mix_suspects, sinkhorn_each,
                                       sinkhorn_vjp, streams_of)
 
-HALF = (torch.bfloat16, torch.float16)
+HALF = (torch.float16, torch.bfloat16)
+#: a mismatch names where the expected value came from
+close = functools.partial(expect_close, against="the reference")
 
 
 # --------------------------------------------------------------------------------------------
 # The references (float64), with switches that reproduce known mistakes
 # --------------------------------------------------------------------------------------------
 
-#: the order of the two normalizations in each iteration ("r": rows, dim -1; "c": columns, dim -2)
-ORDERS = {"rows then columns": "rc", "columns then rows": "cr", "rows only": "r", "columns only": "c"}
+#: the dims each iteration normalizes over, in order (rows are dim -1, columns dim -2)
+ORDERS = {"rows then columns": (-1, -2), "columns then rows": (-2, -1), "rows only": (-1,), "columns only": (-2,),
+          "dims 1 then 0": (1, 0)}
 
 
 def ref_sinkhorn(logits, n_iters: int, order: str = "rows then columns") -> torch.Tensor:
@@ -34,8 +39,8 @@ def ref_sinkhorn(logits, n_iters: int, order: str = "rows then columns") -> torc
     z = logits.double()
     p = torch.exp(z - z.amax(dim=(-2, -1), keepdim=True))
     for _ in range(n_iters):
-        for axis in ORDERS[order]:
-            p = p / p.sum(-1 if axis == "r" else -2, keepdim=True)
+        for dim in ORDERS[order]:
+            p = p / p.sum(dim, keepdim=True)
     return p
 
 
@@ -43,6 +48,11 @@ def ref_depth_attention(sources, query, eps: float = 1e-6, mistake=None) -> torc
     """The attention-residual aggregator in float64: softmax over the sources of (RMS-normalized key) . query,
     the sources weighed by it; or a known mistake."""
     v, q = sources.double(), query.double()
+    if mistake == "float16":  # the formula in float16 arithmetic: squares past 65504 are inf
+        v16, q16 = sources.half(), query.half()
+        k16 = v16 * torch.rsqrt(v16.pow(2).mean(-1, keepdim=True) + eps)
+        alpha16 = torch.softmax(k16 @ q16, dim=0)
+        return (alpha16.unsqueeze(-1) * v16).sum(0).double()
     if mistake == "no key norm":
         k = v
     elif mistake == "layernorm keys":
@@ -82,24 +92,34 @@ def _da_suspects(sources, query, eps):
 # sinkhorn_knopp
 # --------------------------------------------------------------------------------------------
 
-SK_MISTAKES = {
+SK_MISTAKES = {  # (a softmax over the last dim is "rows only": n row normalizations of exp(logits) are one)
     "columns then rows": "the columns are normalized before the rows: each iteration divides by the row sums "
                          "first, then by the column sums",
-    "rows only": "only the rows are normalized: each iteration divides by the row sums, then by the column sums",
+    "rows only": "only the rows are normalized (as a softmax over the last dim does): each iteration divides by the "
+                 "row sums, then by the column sums",
     "columns only": "only the columns are normalized: each iteration divides by the row sums, then by the column sums",
 }
 
 
-def _sk_suspects(L, n_iters, dtype):
-    out = {msg: ref_sinkhorn(L, n_iters, order).to(dtype) for order, msg in SK_MISTAKES.items()}
-    out["it is a softmax over the last dim, not Sinkhorn's alternating normalization of rows and columns"] = \
-        torch.softmax(L.double(), -1).to(dtype)
-    out["it is transposed: rows are dim -1, columns dim -2"] = ref_sinkhorn(L, n_iters).mT.to(dtype)
+def _sk_suspects(L, n_iters, dtype, grad_of=None):
+    """message -> the wrong result (or, with ``grad_of=W``, the gradient of sum(result * W) for logits ``L``)."""
+    def f(fn):
+        if grad_of is None:
+            return fn(L).to(dtype)
+        leaf = L.detach().double().requires_grad_(True)
+        with torch.enable_grad():
+            return torch.autograd.grad((fn(leaf) * grad_of).sum(), leaf)[0]
+
+    out = {msg: f(lambda t, o=order: ref_sinkhorn(t, n_iters, o)) for order, msg in SK_MISTAKES.items()}
+    if L.dim() > 2:
+        out["it sums over dims 1 and 0, the rows and the columns of a single (n, n) matrix only: a batch of matrices "
+            "(..., n, n) has its rows on dim -1 and its columns on dim -2"] = f(lambda t: ref_sinkhorn(t, n_iters, "dims 1 then 0"))
+    out["it is transposed: rows are dim -1, columns dim -2"] = f(lambda t: ref_sinkhorn(t, n_iters).mT)
     if n_iters != 20:
-        out[f"n_iters is not used: this is 20 iterations, not {n_iters}"] = ref_sinkhorn(L, 20).to(dtype)
-    out[f"this is {n_iters + 1} iterations, not {n_iters}"] = ref_sinkhorn(L, n_iters + 1).to(dtype)
+        out[f"n_iters is not used: this is 20 iterations, not {n_iters}"] = f(lambda t: ref_sinkhorn(t, 20))
+    out[f"this is {n_iters + 1} iterations, not {n_iters}"] = f(lambda t: ref_sinkhorn(t, n_iters + 1))
     if n_iters > 1:
-        out[f"this is {n_iters - 1} iterations, not {n_iters}"] = ref_sinkhorn(L, n_iters - 1).to(dtype)
+        out[f"this is {n_iters - 1} iterations, not {n_iters}"] = f(lambda t: ref_sinkhorn(t, n_iters - 1))
     return out
 
 
@@ -132,7 +152,7 @@ class SinkhornMatchesReference:
             L = logits_of(s, shape, scale, dtype=dt)
             what = f"sinkhorn_knopp(logits of shape {shape}, {str(dt)[6:]}, n_iters={it})"
             expect_dtype_shape(P, dt, shape, what)
-            expect_close(P, ref_sinkhorn(L, it).to(dt), what=what, suspects=_sk_suspects(L, it, dt), **SK_TOL[dt])
+            close(P, ref_sinkhorn(L, it).to(dt), what=what, suspects=_sk_suspects(L, it, dt), **SK_TOL[dt])
 
 
 def _leveled(seed, offsets, shape, spread, dtype):
@@ -177,7 +197,7 @@ class SinkhornLargeLogits:
                                   "float32, exp(710) in float64) or, this small, underflows to 0 / 0. Subtract the "
                                   "max over the last two dims first: exp(logits - m) is at most 1, and m cancels in "
                                   "the first row step")
-            expect_close(P, ref_sinkhorn(L, it).to(dt), what=what, **SK_TOL[dt])
+            close(P, ref_sinkhorn(L, it).to(dt), what=what, suspects=_sk_suspects(L, it, dt), **SK_TOL[dt])
 
 
 GRAD_CASES = (  # seed, shape, scale, n_iters (float64)
@@ -204,7 +224,7 @@ class SinkhornGradients:
                 raise CheckFailed(f"{what}: no gradient reaches logits; the iterations must stay in autograd's "
                                   "graph (no torch.no_grad(), .detach() or .data inside)")
             (want,) = torch.autograd.grad((ref_sinkhorn(L, it) * W).sum(), L)
-            expect_close(got[1], want, what=what, atol=1e-8, rtol=1e-8)
+            close(got[1], want, what=what, atol=1e-8, rtol=1e-8, suspects=_sk_suspects(L, it, F64, grad_of=W))
 
 
 HALF_CASES = (  # dtype, seed, shape, level, spread, column offset, n_iters
@@ -235,7 +255,8 @@ class SinkhornHalf:
     def judge(out):
         for (dt, s, shape, lv, sp, col, it), P in paired(HALF_CASES, out):
             L = _half_logits(s, shape, lv, sp, col, dt)
-            what = f"sinkhorn_knopp on {str(dt)[6:]} logits of shape {shape} (level {lv:g}, n_iters={it})"
+            what = (f"sinkhorn_knopp on {str(dt)[6:]} logits of shape {shape} (level {lv:g}, n_iters={it}; "
+                    "arithmetic in float32, the result in the logits' dtype)")
             P = expect_dtype_shape(P, dt, shape, what)
             if not torch.isfinite(P.double()).all():
                 raise CheckFailed(f"{what} holds NaN or inf: in {str(dt)[6:]} arithmetic exp of logits 40 below the "
@@ -243,7 +264,7 @@ class SinkhornHalf:
                                   "0 / 0, and sums of 16-bit numbers lose digits. Compute in float32 (logits.float(), "
                                   "or promote_types with float32) and return .to(logits.dtype)")
             atol, rtol = TOLERANCES[dt]
-            expect_close(P, ref_sinkhorn(L, it).to(dt), what=what, atol=atol, rtol=rtol)
+            close(P, ref_sinkhorn(L, it).to(dt), what=what, atol=atol, rtol=rtol, suspects=_sk_suspects(L, it, dt))
 
 
 GAIN_CASES = ((741, 4, 1.0), (742, 8, 1.0))  # seed, n, scale of the logits; 64 layers each
@@ -328,8 +349,8 @@ class MHCMatchesReference:
             p, x = _mhc_case(seed, n, shape, it, scale)
             sub, norm = judge_parts(seed, p)
             want = mhc_formula(x, ref_sinkhorn(p["res_logits"], it), p["pre_logits"], p["post_logits"], sub, norm)
-            expect_close(got, want, what=f"MHCResidual(8, F, n_streams={n}, n_iters={it}) on x of shape {shape} with "
-                         "random parameters", suspects=_res_suspects(x, p, it, sub, norm))
+            close(got, want, what=f"MHCResidual(8, F, n_streams={n}, n_iters={it}) on x of shape {shape} with random "
+                  "parameters", suspects=_res_suspects(x, p, it, sub, norm))
 
 
 ONE_CASES = (  # seed, streams' shape (n = 1)
@@ -356,12 +377,10 @@ class MHCOneStream:
             sub, norm = judge_parts(seed, p)
             one = torch.ones(1, 1, dtype=F64)
             s = 2 * torch.sigmoid(p["post_logits"])
-            expect_close(got, mhc_formula(x, one, p["pre_logits"], p["post_logits"], sub, norm),
-                         what=f"MHCResidual(8, F, n_streams=1) on x of shape {shape}, which should be the pre-norm "
-                              f"residual x + {float(s):.3g} * F(RMSNorm(x))", suspects=mix_suspects(
-                             x, one, p["pre_logits"], p["post_logits"], sub, norm,
-                             {k: MIX_MISTAKES[k] for k in ("post without 2", "no norm", "norm after", "post-norm",
-                                                           "no residual")}))
+            close(got, mhc_formula(x, one, p["pre_logits"], p["post_logits"], sub, norm),
+                  what=f"MHCResidual(8, F, n_streams=1) on x of shape {shape}, which should be the pre-norm residual "
+                       f"x + {float(s):.3g} * F(RMSNorm(x))",
+                  suspects=mix_suspects(x, one, p["pre_logits"], p["post_logits"], sub, norm, EQUAL_STREAMS_MISTAKES))
 
 
 GRAD_NAMES = ("pre_logits", "post_logits", "res_logits", "norm.weight", "sublayer.0.weight")
@@ -402,14 +421,16 @@ class MHCGradients:
         for (seed, n, shape, it), got in paired(MHC_GRAD_CASES, out, item):
             y, want, _ = _ref_grads(seed, n, shape, it)
             where = f"MHCResidual(8, F, n_streams={n}, n_iters={it}) on x of shape {shape}"
-            expect_close(got["out"], y, what=f"the output of {where}")
+            p, x = mhc_params(seed, n, logits_of(seed + 9, (n, n), 1.5)), streams_of(seed, shape)
+            sub, norm = judge_parts(seed, p)
+            close(got["out"], y, what=f"the output of {where}", suspects=_res_suspects(x, p, it, sub, norm))
             for name, g_got, g_want in zip(("x",) + GRAD_NAMES, got["grads"], want):
                 if g_got is None:
                     raise CheckFailed(f"{where}: no gradient reaches {name}; "
                                       + ("H_res = sinkhorn_knopp(res_logits, n_iters) must stay in autograd's graph "
                                          "(no torch.no_grad(), .detach() or .data on the way)" if name == "res_logits"
                                          else "the output must depend on it through autograd"))
-                expect_close(g_got, g_want, what=f"the gradient of {name} ({where})", atol=1e-6, rtol=1e-6)
+                close(g_got, g_want, what=f"the gradient of {name} ({where})", atol=1e-6, rtol=1e-6)
 
 
 MHC_HALF_CASES = ((781, 4, (2, 3, 4, D)), (782, 3, (4, 3, D)))  # seed, n, streams' shape
@@ -439,12 +460,13 @@ class MHCHalf:
                 sub = sub.to(dt).double()
                 atol, rtol = TOLERANCES[dt]
                 want = mhc_formula(x, ref_sinkhorn(p["res_logits"], 20), p["pre_logits"], p["post_logits"], sub, norm)
+                sus = {m: v.to(dt) for m, v in _res_suspects(x, p, 20, sub, norm).items()}
                 got = expect_tensor(got, "the output")
                 if got.dtype != dt:
                     raise CheckFailed(f"MHCResidual in {str(dt)[6:]} returns {got.dtype}: the output keeps x's dtype "
                                       "(mix in float32 if you like, then .to(x.dtype))")
-                expect_close(got, want.to(dt), atol=atol, rtol=rtol,
-                             what=f"MHCResidual(8, F, n_streams={n}) in {str(dt)[6:]} on x of shape {shape}")
+                close(got, want.to(dt), atol=atol, rtol=rtol, suspects=sus,
+                      what=f"MHCResidual(8, F, n_streams={n}) in {str(dt)[6:]} on x of shape {shape}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -489,7 +511,7 @@ class DepthAttentionReference:
             if eps is not None:
                 sus["the eps argument is not used (is it hard-coded?)"] = ref_depth_attention(s, q, 1e-6).to(dt)
             tol = 1e-5 if dt == F32 else 1e-7
-            expect_close(got, ref_depth_attention(s, q, e).to(dt), what=what, atol=tol, rtol=tol, suspects=sus)
+            close(got, ref_depth_attention(s, q, e).to(dt), what=what, atol=tol, rtol=tol, suspects=sus)
 
 
 DA_HALF_CASES = ((795, 3, (2, 4), 16, 300.0), (796, 4, (3,), 32, 1.0))  # seed, S, leading dims, dim, size
@@ -512,15 +534,16 @@ class DepthAttentionHalf:
         for dt in HALF:
             for (seed, S, lead, dim, size), got in paired(DA_HALF_CASES, out[str(dt)[6:]]):
                 s, q = (t.to(dt) for t in _da_half(seed, S, lead, dim, size))
-                what = f"depth_attention on {str(dt)[6:]} sources of shape {tuple(s.shape)} (values near {size:g})"
+                what = (f"depth_attention on {str(dt)[6:]} sources of shape {tuple(s.shape)} (values near {size:g}; "
+                        "keys, scores, softmax and sum in float32, the result in the sources' dtype)")
                 got = expect_dtype_shape(got, dt, s.shape[1:], what)
                 atol, rtol = TOLERANCES[dt]
                 sus = {}
-                if size > 100 and dt == torch.float16:
-                    sus["in float16 the squares of values near 300 overflow (90000 > 65504), so every key is 0 and the "
-                        "weights come out equal: compute the keys, scores and softmax in float32, then return the sum "
-                        ".to(sources.dtype)"] = s.double().mean(0).to(dt)
-                expect_close(got, ref_depth_attention(s, q).to(dt), what=what, atol=atol, rtol=rtol, suspects=sus)
+                if dt == torch.float16:
+                    sus["it computes in float16: the squares of values near 300 overflow (90000 > 65504) and their "
+                        "keys come out 0. Compute the keys, scores, softmax and sum in float32 and return the result "
+                        ".to(sources.dtype)"] = ref_depth_attention(s, q, mistake="float16").to(dt)
+                close(got, ref_depth_attention(s, q).to(dt), what=what, atol=atol, rtol=rtol, suspects=sus)
 
 
 def _da_half(seed, S, lead, dim, size):

@@ -33,6 +33,8 @@ call as tokens, sequences, features and matrices grow (:mod:`coursekit.checks.sc
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -56,6 +58,11 @@ ROWS_AFTER_20 = 1e-3
 MHC_PARAMS = ("pre_logits", "post_logits", "res_logits", "norm.weight")
 MHC_HINT = ("keep pre_logits (n,), post_logits (n,) and res_logits (n, n) as nn.Parameter attributes and "
             "the norm as self.norm (nn.RMSNorm(dim, eps=1e-6) or your own RMSNorm with a weight)")
+
+
+#: expect_close for this exercise's judges: there is no torch counterpart, so a mismatch names the
+#: value the judge worked out (a formula, a property)
+close = functools.partial(expect_close, against="what it should be")
 
 
 def _name(dtype) -> str:
@@ -161,13 +168,13 @@ class SinkhornDoublyStochastic:
             expect_doubly_stochastic(P, dt, shape, it, what, ROWS_AFTER_20 if it >= 20 else None)
         seed, n, k = RANK_ONE
         L = rank_one_logits(seed, n)
-        expect_close(out["rank_one"], torch.full((n, n), 1.0 / n, dtype=F64), atol=1e-12, rtol=1e-12,
+        close(out["rank_one"], torch.full((n, n), 1.0 / n, dtype=F64), atol=1e-12, rtol=1e-12,
                      what=f"sinkhorn_knopp(logits, {k}) for logits[i, j] = a[i] + b[j] (exp(logits) of rank one, "
                           "which the first iteration takes to the matrix of 1/n)", suspects={
                          "each row is normalized (a softmax over the last dim) and the columns never are":
                              torch.softmax(L, -1)})
         seed, n, k = FIXED
-        expect_close(out["fixed"], known_mixing(n), atol=1e-12, rtol=1e-12,
+        close(out["fixed"], known_mixing(n), atol=1e-12, rtol=1e-12,
                      what=f"sinkhorn_knopp(log(DS) + c, {k}) for a doubly stochastic DS (a fixed point: "
                           "the result is DS)")
 
@@ -232,14 +239,15 @@ MIX_MISTAKES = {
               "H_post[i] F(norm(h)), not x_i + H_post[i] F(norm(h))",
     "softmax pre": "H_pre is a softmax of pre_logits; it is sigmoid(pre_logits), each weight on its own",
     "mean h": "h is the mean of the streams; it is sum_i sigmoid(pre_logits[i]) x_i",
-    "norm per stream": "the norm is applied to each stream before the H_pre mix; it goes on h, after "
+    "norm per stream": "each stream is normalized before the H_pre mix; the norm goes on h, after "
                        "h = sum_i H_pre[i] x_i: F(norm(h))",
     "per stream": "the sublayer runs on every stream separately; it runs once per token, on norm(h) with "
                   "h = sum_i H_pre[i] x_i, and H_post[i] spreads its one output over the streams",
     "no norm": "the sublayer sees h without the norm: it is F(norm(h)) (pre-norm)",
     "norm after": "the norm is applied to the sublayer's output; it goes on its input: F(norm(h))",
-    "post-norm": "the norm is applied after the mix, to the output streams; in mHC it goes on the sublayer's "
-                 "input only, F(norm(h)), and the streams are never normalized",
+    "post-norm": "the norm is applied after the mix, to the output streams (post-norm), and the sublayer sees h "
+                 "itself; in mHC the norm goes on the sublayer's input only, F(norm(h)), and the streams are never "
+                 "normalized",
     "no residual": "the residual mix is missing: the output is sum_j H_res[i, j] x_j + H_post[i] F(norm(h))",
 }
 
@@ -264,7 +272,7 @@ def mhc_formula(x, h_res, pre_logits, post_logits, sub, norm, mistake=None) -> t
         h = torch.einsum("i,...id->...d", gate_pre, xs)
     if mistake == "per stream":
         branch = sub(norm(x)).to(f)
-    elif mistake == "no norm":
+    elif mistake in ("no norm", "norm per stream", "post-norm"):
         branch = sub(h.to(lo)).to(f).unsqueeze(-2)
     elif mistake == "norm after":
         branch = norm(sub(h.to(lo))).to(f).unsqueeze(-2)
@@ -279,10 +287,19 @@ def mhc_formula(x, h_res, pre_logits, post_logits, sub, norm, mistake=None) -> t
     return out.to(lo)
 
 
+NORM_EPS = ("the norm's eps should be 1e-6: nn.RMSNorm(dim) without eps uses the dtype's machine epsilon "
+            "(pass eps=1e-6)")
+
+
 def mix_suspects(x, h_res, pre, post, sub, norm, mistakes=MIX_MISTAKES) -> dict:
-    """message -> what the wrong block returns, for :func:`coursekit.checks.compare.expect_close`."""
+    """message -> what the wrong block returns, for :func:`coursekit.checks.compare.expect_close` (each
+    of ``mistakes``, and the norm with torch's default eps)."""
     with torch.no_grad():
-        return {msg: mhc_formula(x, h_res, pre, post, sub, norm, key) for key, msg in mistakes.items()}
+        out = {msg: mhc_formula(x, h_res, pre, post, sub, norm, key) for key, msg in mistakes.items()}
+        w = norm.weight.detach()
+        loose = make_norm("rms", w.shape[0], {"norm.weight": w}, "norm.", eps=torch.finfo(x.dtype).eps)
+        out[NORM_EPS] = mhc_formula(x, h_res, pre, post, sub, loose)
+    return out
 
 
 def mhc_params(seed: int, n: int, res_logits: torch.Tensor | None = None) -> dict:
@@ -360,7 +377,7 @@ class MHCParameters:
         shapes = {"pre_logits": (3,), "post_logits": (3,), "res_logits": (3, 3), "norm.weight": (D,)}
         for k in MHC_PARAMS:
             init = torch.ones if k == "norm.weight" else torch.zeros
-            expect_close(out["values"][k], init(shapes[k], dtype=F64), atol=0, rtol=0,
+            close(out["values"][k], init(shapes[k], dtype=F64), atol=0, rtol=0,
                          what=f"MHCResidual(8, sublayer, n_streams=3).{k} as constructed (all "
                               f"{'ones' if k == 'norm.weight' else 'zeros'})")
         default = out["default"]
@@ -373,7 +390,7 @@ class MHCParameters:
             raise CheckFailed("MHCResidual's self.norm should be a module (nn.RMSNorm(dim, eps=1e-6))")
         ln = nn.LayerNorm(D, eps=1e-6, elementwise_affine=False, dtype=F64)
         with torch.no_grad():
-            expect_close(out["norm_out"], make_norm("rms", D)(x), what="MHCResidual's norm on rows of size 1e-3 "
+            close(out["norm_out"], make_norm("rms", D)(x), what="MHCResidual's norm on rows of size 1e-3 "
                          "(mean(x**2) about 1e-6, where eps matters)", suspects={
                              "the norm's eps should be 1e-6: nn.RMSNorm(dim) without eps uses the dtype's machine "
                              "epsilon": make_norm("rms", D, eps=torch.finfo(F64).eps)(x),
@@ -381,6 +398,10 @@ class MHCParameters:
                              "the norm's eps should be 1e-6, not 1e-8": make_norm("rms", D, eps=1e-8)(x),
                              "the norm subtracts the mean (LayerNorm): mHC's norm is an RMSNorm": ln(x)})
 
+
+#: the known mistakes that equal streams at zero init show (H_res = J/n, H_pre = 1/2: the others do not)
+EQUAL_STREAMS_MISTAKES = {k: MIX_MISTAKES[k] for k in ("post without 2", "per stream", "norm per stream", "no norm",
+                                                      "norm after", "post-norm", "no residual")}
 
 ZERO_CASES = (  # seed, n, the shape of one stream y (x is y repeated n times at dim -2), scale of y
     (631, 1, (D,), 1.0),
@@ -411,12 +432,10 @@ class MHCZeroInit:
             sub, norm = sublayer(seed), make_norm("rms", D)
             zero = torch.zeros(n, dtype=F64)
             h_res = torch.full((n, n), 1.0 / n, dtype=F64)
-            what = (f"a fresh MHCResidual(8, F, n_streams={n}) on {n} equal streams y (x of shape {tuple(x.shape)}), "
-                    f"which should give y + F(RMSNorm({n / 2:g} * y)) in every stream")
-            expect_close(got, mhc_formula(x, h_res, zero, zero, sub, norm), what=what,
-                         suspects=mix_suspects(x, h_res, zero, zero, sub, norm, {
-                             k: MIX_MISTAKES[k] for k in ("post without 2", "no norm", "norm after", "post-norm",
-                                                          "no residual")}))
+            what = (f"a fresh MHCResidual(8, F, n_streams={n}) on n = {n} equal streams y (x of shape "
+                    f"{tuple(x.shape)}), which should give y + F(RMSNorm({n / 2:g} * y)) in every stream")
+            close(got, mhc_formula(x, h_res, zero, zero, sub, norm), what=what,
+                  suspects=mix_suspects(x, h_res, zero, zero, sub, norm, EQUAL_STREAMS_MISTAKES))
 
 
 MIX_CASES = (  # seed, n, streams' shape (..., n, D), n_iters
@@ -442,9 +461,9 @@ class MHCKnownMixing:
             x, p = streams_of(seed, shape), mhc_params(seed, n)
             sub, norm = judge_parts(seed, p)
             h_res = known_mixing(n)
-            expect_close(got, mhc_formula(x, h_res, p["pre_logits"], p["post_logits"], sub, norm),
-                         what=f"MHCResidual(8, F, n_streams={n}, n_iters={it}) on x of shape {shape} with seeded "
-                              "parameters", suspects=mix_suspects(x, h_res, p["pre_logits"], p["post_logits"], sub, norm))
+            close(got, mhc_formula(x, h_res, p["pre_logits"], p["post_logits"], sub, norm),
+                  what=f"MHCResidual(8, F, n_streams={n}, n_iters={it}) on x of shape {shape} with seeded parameters",
+                  suspects=mix_suspects(x, h_res, p["pre_logits"], p["post_logits"], sub, norm))
 
 
 # --------------------------------------------------------------------------------------------
@@ -484,30 +503,31 @@ class DepthAttentionProperties:
         cases = _da_inputs()
         expect_structure(out, {k: ANY for k in cases})
         s, q = cases["zero"]
-        dim = s.shape[-1]
-        expect_close(out["zero"], s.mean(0), what="depth_attention(sources, query=0), which should be the mean of "
-                     "the sources (every score is 0, so the softmax weighs them alike)", suspects={
-                         "the softmax runs over the feature axis: the weights are one per source (a softmax over the "
-                         "source axis of the scores k_s . query), each scaling a whole source": s.sum(0) / dim,
-                         "the scores are not put through a softmax over the sources (the weights must sum to 1)": s.sum(0)})
+        close(out["zero"], s.mean(0), what=f"depth_attention(sources of shape {tuple(s.shape)}, query=0), which "
+              "should be the mean of the sources (every score is 0, so the softmax weighs them alike)", suspects={
+                  "the softmax runs over the feature axis: the weights are one per source (a softmax over the "
+                  "source axis of the scores k_s . query), each scaling a whole source": s.sum(0) / s.shape[-1],
+                  f"the softmax runs over the last axis of the scores (S, ...), here one of {s.shape[-2]} tokens: it "
+                  "goes over the sources, dim 0": s.sum(0) / s.shape[-2],
+                  "the scores are not put through a softmax over the sources (the weights must sum to 1)": s.sum(0)})
         s, q = cases["one"]
-        expect_close(out["one"], s[0], what="depth_attention on one source (S = 1), which should be that source "
+        close(out["one"], s[0], what="depth_attention on one source (S = 1), which should be that source "
                      "(its weight is softmax of one score, 1)")
         s, q = cases["parallel"]
         c = torch.tensor(PARALLEL_SCALES, dtype=F64)
         raw = torch.softmax(c.reshape(-1, 1, 1) * torch.einsum("...d,d->...", s[1] / c[1], q), 0)
-        expect_close(out["parallel"], c.mean() * (s[1] / c[1]), atol=1e-5, rtol=1e-5,
+        close(out["parallel"], c.mean() * (s[1] / c[1]), atol=1e-5, rtol=1e-5,
                      what="depth_attention on parallel sources c_s * v (c = 0.5, 1, 2, 4) with a random query, which "
                           "should be mean(c) * v: RMS-normalized keys of parallel sources are equal, so the weights are too",
                      suspects={"the keys are not RMS-normalized: k_s = sources[s] * rsqrt(mean(sources[s]**2, -1) "
                                "+ eps), so that a source's size does not change its score":
                                (raw.unsqueeze(-1) * s).sum(0)})
         s, q = cases["pick"]
-        expect_close(out["pick"], s[PICKED], what=f"depth_attention with a query 30 times source {PICKED}'s key "
+        close(out["pick"], s[PICKED], what=f"depth_attention with a query 30 times source {PICKED}'s key "
                      f"(its score dominates: the softmax over the sources gives it weight 1), which should be "
                      f"source {PICKED}")
         s, q = cases["float32"]
-        expect_close(out["float32"], s.double().mean(0).float(), what="depth_attention on float32 sources with a "
+        close(out["float32"], s.double().mean(0).float(), what="depth_attention on float32 sources with a "
                      "zero query, which should be their mean in float32")
 
 
@@ -726,7 +746,7 @@ class StreamsBenchmark:
         with torch.no_grad():
             want = _first_rows(given_block(cfg)(x))
         tol = 5e-2 if cuda else 1e-4
-        expect_close(expect_tensor(out["y"], "the output"), want, atol=tol, rtol=tol, check_dtype=False,
+        close(expect_tensor(out["y"], "the output"), want, atol=tol, rtol=tol, check_dtype=False,
                      what="MHCResidual's output on the benchmark's first tokens (its parameters loaded by name, "
                           "res_logits the log of a doubly stochastic matrix)")
         scaling.judge(out["work"], GID, "MHCResidual forward + backward and sinkhorn_knopp", LOOP_HINT[GID])
