@@ -169,14 +169,14 @@ class SinkhornDoublyStochastic:
         seed, n, k = RANK_ONE
         L = rank_one_logits(seed, n)
         close(out["rank_one"], torch.full((n, n), 1.0 / n, dtype=F64), atol=1e-12, rtol=1e-12,
-                     what=f"sinkhorn_knopp(logits, {k}) for logits[i, j] = a[i] + b[j] (exp(logits) of rank one, "
-                          "which the first iteration takes to the matrix of 1/n)", suspects={
-                         "each row is normalized (a softmax over the last dim) and the columns never are":
-                             torch.softmax(L, -1)})
+              what=f"sinkhorn_knopp(logits, {k}) for logits[i, j] = a[i] + b[j] (exp(logits) of rank one, "
+                   "which the first iteration takes to the matrix of 1/n)", suspects={
+                  "each row is normalized (a softmax over the last dim) and the columns never are":
+                      torch.softmax(L, -1)})
         seed, n, k = FIXED
         close(out["fixed"], known_mixing(n), atol=1e-12, rtol=1e-12,
-                     what=f"sinkhorn_knopp(log(DS) + c, {k}) for a doubly stochastic DS (a fixed point: "
-                          "the result is DS)")
+              what=f"sinkhorn_knopp(log(DS) + c, {k}) for a doubly stochastic DS (a fixed point: "
+                   "the result is DS)")
 
 
 GRADCHECK_CASES = ((611, (3, 3), 1.0, 4), (612, (2, 4, 4), 1.5, 2))  # seed, shape, scale, n_iters
@@ -378,8 +378,8 @@ class MHCParameters:
         for k in MHC_PARAMS:
             init = torch.ones if k == "norm.weight" else torch.zeros
             close(out["values"][k], init(shapes[k], dtype=F64), atol=0, rtol=0,
-                         what=f"MHCResidual(8, sublayer, n_streams=3).{k} as constructed (all "
-                              f"{'ones' if k == 'norm.weight' else 'zeros'})")
+                  what=f"MHCResidual(8, sublayer, n_streams=3).{k} as constructed (all "
+                       f"{'ones' if k == 'norm.weight' else 'zeros'})")
         default = out["default"]
         want_default = {"pre_logits": [4], "post_logits": [4], "res_logits": [4, 4]}
         if default != want_default:
@@ -391,12 +391,12 @@ class MHCParameters:
         ln = nn.LayerNorm(D, eps=1e-6, elementwise_affine=False, dtype=F64)
         with torch.no_grad():
             close(out["norm_out"], make_norm("rms", D)(x), what="MHCResidual's norm on rows of size 1e-3 "
-                         "(mean(x**2) about 1e-6, where eps matters)", suspects={
-                             "the norm's eps should be 1e-6: nn.RMSNorm(dim) without eps uses the dtype's machine "
-                             "epsilon": make_norm("rms", D, eps=torch.finfo(F64).eps)(x),
-                             "the norm's eps should be 1e-6, not 1e-5": make_norm("rms", D, eps=1e-5)(x),
-                             "the norm's eps should be 1e-6, not 1e-8": make_norm("rms", D, eps=1e-8)(x),
-                             "the norm subtracts the mean (LayerNorm): mHC's norm is an RMSNorm": ln(x)})
+                  "(mean(x**2) about 1e-6, where eps matters)", suspects={
+                      "the norm's eps should be 1e-6: nn.RMSNorm(dim) without eps uses the dtype's machine "
+                      "epsilon": make_norm("rms", D, eps=torch.finfo(F64).eps)(x),
+                      "the norm's eps should be 1e-6, not 1e-5": make_norm("rms", D, eps=1e-5)(x),
+                      "the norm's eps should be 1e-6, not 1e-8": make_norm("rms", D, eps=1e-8)(x),
+                      "the norm subtracts the mean (LayerNorm): mHC's norm is an RMSNorm": ln(x)})
 
 
 #: the known mistakes that equal streams at zero init show (H_res = J/n, H_pre = 1/2: the others do not)
@@ -512,23 +512,23 @@ class DepthAttentionProperties:
                   "the scores are not put through a softmax over the sources (the weights must sum to 1)": s.sum(0)})
         s, q = cases["one"]
         close(out["one"], s[0], what="depth_attention on one source (S = 1), which should be that source "
-                     "(its weight is softmax of one score, 1)")
+              "(its weight is softmax of one score, 1)")
         s, q = cases["parallel"]
         c = torch.tensor(PARALLEL_SCALES, dtype=F64)
         raw = torch.softmax(c.reshape(-1, 1, 1) * torch.einsum("...d,d->...", s[1] / c[1], q), 0)
         close(out["parallel"], c.mean() * (s[1] / c[1]), atol=1e-5, rtol=1e-5,
-                     what="depth_attention on parallel sources c_s * v (c = 0.5, 1, 2, 4) with a random query, which "
-                          "should be mean(c) * v: RMS-normalized keys of parallel sources are equal, so the weights are too",
-                     suspects={"the keys are not RMS-normalized: k_s = sources[s] * rsqrt(mean(sources[s]**2, -1) "
-                               "+ eps), so that a source's size does not change its score":
-                               (raw.unsqueeze(-1) * s).sum(0)})
+              what="depth_attention on parallel sources c_s * v (c = 0.5, 1, 2, 4) with a random query, which "
+                   "should be mean(c) * v: RMS-normalized keys of parallel sources are equal, so the weights are too",
+              suspects={"the keys are not RMS-normalized: k_s = sources[s] * rsqrt(mean(sources[s]**2, -1) "
+                        "+ eps), so that a source's size does not change its score":
+                        (raw.unsqueeze(-1) * s).sum(0)})
         s, q = cases["pick"]
         close(out["pick"], s[PICKED], what=f"depth_attention with a query 30 times source {PICKED}'s key "
-                     f"(its score dominates: the softmax over the sources gives it weight 1), which should be "
-                     f"source {PICKED}")
+              f"(its score dominates: the softmax over the sources gives it weight 1), which should be "
+              f"source {PICKED}")
         s, q = cases["float32"]
         close(out["float32"], s.double().mean(0).float(), what="depth_attention on float32 sources with a "
-                     "zero query, which should be their mean in float32")
+              "zero query, which should be their mean in float32")
 
 
 # --------------------------------------------------------------------------------------------
@@ -752,8 +752,8 @@ class StreamsBenchmark:
                               "its output")
         tol = 5e-2 if cuda else 1e-4
         close(expect_tensor(out["y"], "the output"), bench_want(kind), atol=tol, rtol=tol, check_dtype=False,
-                     what="MHCResidual's output on the benchmark's first tokens (its parameters loaded by name, "
-                          "res_logits the log of a doubly stochastic matrix)")
+              what="MHCResidual's output on the benchmark's first tokens (its parameters loaded by name, "
+                   "res_logits the log of a doubly stochastic matrix)")
         scaling.judge(out["work"], GID, "MHCResidual forward + backward and sinkhorn_knopp", LOOP_HINT[GID])
         print(scaling.describe(out["work"]))
         where = ("CUDA, bfloat16, CUDA events" if cuda else "CPU, float32, 1 thread: these are CPU numbers, small "
