@@ -99,15 +99,17 @@ class Course:
         return planmod.make_plan(self.release(assignment), []).tests
 
 
-def _test_step(st: dict) -> dict:
+def _test_step(st: dict, draw: int) -> dict:
     """A plan's test step as the harness gets it: served (the grader times it), refereed (the
-    grader probes it: :mod:`autograder.referee.calls`, with the names it needs and the ops it watches)."""
+    grader probes it: :mod:`autograder.referee.calls`, with the names it needs and the ops it watches).
+    A benchmark's step carries the seed of the inputs its count of work runs on
+    (:mod:`coursekit.checks.scaling`), from this submission's draw: unknown before the call."""
     from coursekit.checks.served import SERVED
     gid = st["grade_id"]
     if referee.refereed(gid):
         check = _check(gid)
         return dict(st, served=False, refereed=True, needs=list(check.needs), watch=sorted(check.forbidden_ops))
-    return dict(st, served=gid in SERVED)
+    return dict(st, served=gid in SERVED, count_seed=referee.draw(str(draw), gid))
 
 
 def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandbox: bool = True,
@@ -164,7 +166,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
     if draw is None:
         draw = referee.draw_for(referee.course_secret(course.root), entry.student_id, entry.assignment, entry.path)
     o.hidden_draw = draw
-    steps = [_test_step(st) if st["kind"] == "test" else st for st in plan.steps]
+    steps = [_test_step(st, draw) if st["kind"] == "test" else st for st in plan.steps]
     device = served_device()  # the served benchmarks' device: the harness and the grader's clock agree on it
     job = {"cell_s": limits.cell_s, "test_s": max(limits.cell_s, 120.0), "block_ops": block, "bench_device": device,
            "isolated": bool(sandbox)}

@@ -5,11 +5,14 @@
    Sphinx serves ``_mathjax/`` as a static path, so the site has ``_static/mathjax/``):
    the ``tex-chtml.js`` bundle, its woff-v2 fonts and the TeX extensions its autoloader may
    fetch. ``_config.yml`` points Sphinx's ``mathjax_path`` there, so no page asks a CDN.
-2. ``jupyter-book build . --warningiserror --keep-going`` (through :mod:`book.local_kernels`, so
+2. The pages missing from the execution cache run two at a time, longest first, into that cache
+   (:mod:`book.prefetch`): jupyter-book executes pages one after another, and chapter 09 alone
+   takes as long as all the others.
+3. ``jupyter-book build . --warningiserror --keep-going`` (through :mod:`book.local_kernels`, so
    the chapters' kernels use local sockets, not TCP): every Sphinx warning fails the build,
    all of them are reported. Chapter results are cached (``execute_notebooks: cache``), so a
    rebuild with nothing changed runs no code.
-3. While it reads the pages, the Sphinx extension :mod:`book.progress` (loaded by ``_config.yml``)
+4. While it reads the pages, the Sphinx extension :mod:`book.progress` (loaded by ``_config.yml``)
    prints one line per notebook page as it finishes, with its seconds:
    ``book: [ 9/30] chapters/09_real_models: executed in 303.0 s``.
 
@@ -89,6 +92,14 @@ def build(all_pages: bool = False) -> int:
     failed_marker = ROOT / "_build" / ".last-build-failed"
     if failed_marker.exists():
         all_pages = True
+    # the pages missing from the cache, two at a time (book/prefetch.py): jupyter-book then finds
+    # them there; a page that fails in the prefetch is run and reported by jupyter-book itself
+    try:
+        from book.prefetch import prefetch
+        prefetch()
+    except Exception as e:  # noqa: BLE001 -- only ever a saving: jupyter-book runs what is missing
+        print(f"book.build: the prefetch stopped ({type(e).__name__}: {e}); jupyter-book runs every page",
+              flush=True)
     # jupyter-book itself, with the chapters' kernels on local sockets (book/local_kernels.py)
     cmd = [sys.executable, "-m", "book.local_kernels", "build", str(ROOT),
            "--warningiserror", "--keep-going"]

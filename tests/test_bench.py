@@ -65,12 +65,14 @@ def test_robust_ratio_is_not_fooled_by_one_slow_round():
     assert robust_ratio(times) == 2.0  # the fastest runs agree even when most rounds were disturbed
 
 
-def work(gid, per_item=0):
+def work(gid, per_item=0, seed=3):
     """A count record (coursekit.checks.scaling.measure's shape): ``per_item`` more lines and ops per
-    item of each grown dimension (0: vectorized)."""
-    return [{"dim": dim, "n0": n0, "n1": n1, "at_n0": {"ops": 7 + per_item * n0, "lines": 200 + per_item * n0},
-             "at_n1": {"ops": 7 + per_item * n1, "lines": 200 + per_item * n1}}
-            for dim, n0, n1, _, _ in scaling.GROWTH[gid]]
+    item of each grown dimension (0: vectorized), with torch's outputs for the counted calls."""
+    return [{"dim": dim, "n0": n0, "n1": n1, "seed": seed,
+             "at_n0": {"ops": 7 + per_item * n0, "lines": 200 + per_item * n0},
+             "at_n1": {"ops": 7 + per_item * n1, "lines": 200 + per_item * n1},
+             "out": [scaling._kept(scaling.expected(gid, i, side, seed)) for side in (0, 1)]}
+            for i, (dim, n0, n1, _, _) in enumerate(scaling.GROWTH[gid])]
 
 
 def _out(ratio, ops=(), per_item=0):
@@ -97,3 +99,79 @@ def test_benchmark_verdicts(capsys):
     bad["y"] = bad["y"] * 2
     with pytest.raises(CheckFailed, match="benchmark input"):
         _judge(bad, want, "LayerNorm", "torch.nn.LayerNorm", "layernorm_benchmark")
+
+
+# -- the counted calls: fresh inputs from the grader's seed, outputs checked -------------------
+
+def _rowwise_layernorm_with_a_table(table_seed):
+    """A LayerNorm that loops over rows, except on the counted inputs drawn from ``table_seed``,
+    whose outputs it looks up in a table made in advance (one op per call, whatever the size)."""
+    from torch import nn
+    from torch.nn import functional as F
+
+    keys = {}
+    for i, (_, _, _, small, grown) in enumerate(scaling.GROWTH["layernorm_benchmark"]):
+        for side, case in enumerate((small, grown)):
+            x = case.inputs(scaling._seed(table_seed, i, side, 1))[0]
+            keys[round(float(x.reshape(-1)[0]), 6)] = scaling.expected("layernorm_benchmark", i, side, table_seed)
+
+    class LayerNorm(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.weight, self.bias = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d))
+
+        def forward(self, x):
+            hit = keys.get(round(float(x.reshape(-1)[0]), 6))
+            if hit is not None and hit.shape == x.shape:
+                return hit
+            rows = [F.layer_norm(r, r.shape[-1:], self.weight, self.bias) for r in x.reshape(-1, x.shape[-1])]
+            return torch.stack(rows).reshape(x.shape)
+    return {"LayerNorm": LayerNorm}
+
+
+def test_a_table_of_answers_made_in_advance_passes_only_on_the_inputs_it_was_made_for():
+    """The count's inputs come from a seed; with a fixed one (the notebook's own check) a table
+    of precomputed outputs made the looping code look vectorized. The grader draws the seed per
+    submission, so the table misses and the loop is counted."""
+    ns = _rowwise_layernorm_with_a_table(scaling.DEFAULT_SEED)
+    rec = scaling.measure("layernorm_benchmark", ns)
+    scaling.judge(rec, "layernorm_benchmark", "LayerNorm", "hint")  # the table's inputs: it passes
+    with pytest.raises(CheckFailed, match="more work per call as the number of rows grows"):
+        scaling.judge(scaling.measure("layernorm_benchmark", ns, 987654321), "layernorm_benchmark", "LayerNorm", "hint")
+
+
+def test_a_counted_call_that_returns_something_else_fails_whatever_its_count():
+    """A shortcut of constant work that does not compute the output (returns its input, or a
+    tensor subclass) fails on the output, which the judge rebuilds from the same seed and weights."""
+    from torch import nn
+
+    class Lazy(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.weight, self.bias = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d))
+
+        def forward(self, x):
+            return x
+    rec = scaling.measure("layernorm_benchmark", {"LayerNorm": Lazy}, 5)
+    with pytest.raises(CheckFailed, match="output on the benchmark's counted call"):
+        scaling.judge(rec, "layernorm_benchmark", "LayerNorm", "hint")
+    good = work("layernorm_benchmark")
+    scaling.judge(good, "layernorm_benchmark", "LayerNorm", "hint")
+    good[1]["out"][0] = "a Sneaky"
+    with pytest.raises(CheckFailed, match="is a Sneaky, not a torch.Tensor"):
+        scaling.judge(good, "layernorm_benchmark", "LayerNorm", "hint")
+    bad = work("layernorm_benchmark")
+    del bad[0]["seed"]
+    with pytest.raises(CheckFailed, match="missing or malformed"):
+        scaling.judge(bad, "layernorm_benchmark", "LayerNorm", "hint")
+
+
+@pytest.mark.parametrize("assignment,gid", [("01_layernorm", "layernorm_benchmark"), ("02_rmsnorm", "rmsnorm_benchmark"),
+                                            ("03_residual", "residual_benchmark"),
+                                            ("04_transformer_block", "transformer_block_benchmark"),
+                                            ("05_backward", "backward_benchmark")])
+def test_the_course_solution_passes_the_count_on_any_seed(assignment, gid):
+    from course.solutions import load_reference
+    ns = load_reference(assignment)
+    for seed in (None, 424242):
+        scaling.judge(scaling.measure(gid, ns, seed), gid, "solution", "hint")

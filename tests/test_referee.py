@@ -141,12 +141,15 @@ def test_a_watched_op_called_by_the_students_code_is_seen_by_the_referee():
 
 def test_a_refereed_test_in_the_plan_names_what_it_needs_and_watches():
     from autograder.grade import _test_step
-    st = _test_step({"kind": "test", "grade_id": "layernorm_hard_rows", "index": 3})
+    st = _test_step({"kind": "test", "grade_id": "layernorm_hard_rows", "index": 3}, 7)
     assert st["refereed"] is True and st["needs"] == ["LayerNorm"] and "native_layer_norm" in st["watch"]
-    st = _test_step({"kind": "test", "grade_id": "layernorm_matches_torch", "index": 1})
+    st = _test_step({"kind": "test", "grade_id": "layernorm_matches_torch", "index": 1}, 7)
     assert st["refereed"] is True
-    st = _test_step({"kind": "test", "grade_id": "layernorm_benchmark", "index": 7})
+    st = _test_step({"kind": "test", "grade_id": "layernorm_benchmark", "index": 7}, 7)
     assert not st.get("refereed") and st["served"] is True
+    # the count of work runs on inputs from the submission's draw: another draw, other inputs
+    assert type(st["count_seed"]) is int
+    assert st["count_seed"] != _test_step({"kind": "test", "grade_id": "layernorm_benchmark", "index": 7}, 8)["count_seed"]
 
 
 def test_a_check_failed_inside_a_helper_keeps_its_message():

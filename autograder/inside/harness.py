@@ -5,7 +5,7 @@ Started as ``python /grader/harness.py REPLY_FD``. The job pipe (stdin) brings t
 as one JSON line, then one step per line::
 
     {"op": "step", "n": 0, "kind": "cell", "label": ..., "source": ...}
-    {"op": "step", "n": 5, "kind": "test", "grade_id": ..., "index": i, "served": false}
+    {"op": "step", "n": 5, "kind": "test", "grade_id": ..., "index": i, "served": false, "count_seed": s}
     {"op": "step", "n": 6, "kind": "test", "grade_id": ..., "index": i, "refereed": true, "needs": [...],
      "watch": [...]}
     {"op": "end"}
@@ -164,7 +164,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     # Everything the harness needs is imported and looked up before any student code runs.
     import coursekit.checks as checks
     from coursekit.checks import wire
-    collect, record_frame, pack = checks.collect, wire.record_frame, wire.pack
+    collect, record_frame, pack, make_check = checks.collect, wire.record_frame, wire.pack, checks.Check
 
     def send(frame):
         while frame:
@@ -275,6 +275,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                               {"event": "test", "n": n, "observed": observed}))
             continue
         check = tests.get(gid)
+        count_seed = step.get("count_seed") if type(step.get("count_seed")) is int else None
         frozen = _stop_others(isolated)
         beside = _threads_beside()
         before = obs.probe_start(gid)
@@ -299,13 +300,17 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                     if step.get("served"):
                         send(pack({"event": "ready", "n": n, "ok": False}))
                 elif step.get("served") and served is not None and gid in served[0]:
-                    rec = _serve(gid, check, ns, n, lines, send, collect, served)
+                    rec = _serve(gid, check, ns, n, lines, send, collect, served, count_seed)
                 else:
                     if step.get("served"):  # no served workload here: say so, the grader gets no timing
                         send(pack({"event": "ready", "n": n, "ok": False}))
                     if bench and blocked is not None:
                         blocked._released_by_harness = True  # the observers know it is the harness's doing
                         blocked.release()  # the notebook's benchmark times torch's own op beside the student's
+                    if bench:  # the count's inputs are drawn from the grader's seed for this submission
+                        probe = check.probe
+                        check = make_check(gid, check.doc, lambda ns_, p=probe, s=count_seed: p(ns_, count_seed=s),
+                                             check.judge, check.forbidden_ops, check.needs, check.kind)
                     rec = collect(check, ns)
             except BaseException as e:  # noqa: BLE001
                 rec = {"ok": False, "error": type(e).__name__, "message": str(e)[:500], "where": ""}
@@ -357,7 +362,7 @@ def _pinned(check, ns, probed):
 _MISSING = object()
 
 
-def _serve(gid, check, ns, n, lines, send, collect, served):
+def _serve(gid, check, ns, n, lines, send, collect, served, count_seed=None):
     """The benchmark, timed by the grader: build the student's module, then answer its requests.
 
     Requests arrive as JSON lines on the job pipe: ``{"op": "run", "seed": s, "k": k}`` (build the
@@ -386,7 +391,7 @@ def _serve(gid, check, ns, n, lines, send, collect, served):
             raise CheckFailed(f"{spec.name} returned {type(y).__name__}, not a torch.Tensor")
         box["m"], box["shape"] = m, tuple(y.shape)
         # the verdict: how the work of one call grows with the input, counted here under the observers
-        return {"shape": list(y.shape), "work": work(gid, ns)}
+        return {"shape": list(y.shape), "work": work(gid, ns, count_seed)}
 
     rec = collect(Check(gid, check.doc, build, check.judge, needs=check.needs), ns)
     from coursekit.checks import wire

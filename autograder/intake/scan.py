@@ -53,7 +53,7 @@ REVIEW_MODULES = frozenset({
     "tempfile", "glob", "fcntl", "mmap", "resource", "signal", "faulthandler", "atexit", "threading", "_thread",
     "multiprocessing", "concurrent", "subprocess", "pty", "socket", "asyncio", "selectors", "pickle", "dill",
     "cloudpickle", "marshal", "shelve", "builtins", "__builtin__", "types", "code", "codeop", "runpy",
-    "pkgutil", "zipimport", "linecache", "dis", "traceback", "weakref", "copyreg",
+    "pkgutil", "zipimport", "linecache", "dis", "traceback", "weakref", "copyreg", "_warnings",
     "coursekit", "course", "autograder", "book", "tools", "IPython", "ipykernel", "jupyter_client",
 })
 #: modules of the review list that only show things (a figure, Markdown): importing them is fine
@@ -83,6 +83,7 @@ REVIEW_ATTRS = {
     "path_hooks": "the import system", "settrace": "tracing other code", "setprofile": "tracing other code",
     "gettrace": "whether the code is being traced (the benchmark counts with a tracer)",
     "getprofile": "whether the code is being profiled", "addaudithook": "audit hooks", "attrgetter": "a lookup by a computed name",
+    "findCaller": "who called the code (a log record's caller)", "currentframe": "the interpreter's frames",
     "methodcaller": "a call by a computed name",
 }
 #: attributes of torch that only count under torch (``torch.ops``, ``torch.library``)
@@ -435,8 +436,33 @@ def _self_methods(stmt, deadline: float | None = None) -> set[int]:
     return out
 
 
+#: what a call that walks the stack past its own line is said to do: a warning or a log record
+#: names the file and line of the code ``stacklevel`` frames up, read in C (no frame object, no audit
+#: event), and the probes are told apart by their files and lines (the fifth red team's route: a
+#: loop everywhere but where the benchmark counts, copies kept everywhere but where memory is measured)
+CALLER_WALK = "asks where it was called from (stacklevel: a warning or log record names the calling code's file and line)"
+#: the functions whose third positional argument is the stack level
+STACKLEVEL_POSITIONAL = frozenset({"warnings.warn", "_warnings.warn"})
+
+
+def _walks_the_stack(n: ast.Call, callee: str | None = None) -> bool:
+    """A call with a ``stacklevel`` other than the constant 1 (its own line): a keyword, a ``**``
+    mapping, or for ``warnings.warn`` (``callee``, by value) a third positional argument."""
+    for k in n.keywords:
+        if k.arg is None and callee in STACKLEVEL_POSITIONAL:
+            return True
+        if k.arg == "stacklevel" and not (isinstance(k.value, ast.Constant) and k.value.value == 1):
+            return True
+    if callee in STACKLEVEL_POSITIONAL and len(n.args) >= 3:
+        a = n.args[2]
+        return not (isinstance(a, ast.Constant) and a.value == 1)
+    return False
+
+
 def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag, values=None) -> None:
     fn = n.func
+    if _walks_the_stack(n):
+        flag(st, n, CALLER_WALK)
     if isinstance(fn, ast.Name):
         if fn.id in REVIEW_BUILTINS:
             flag(st, n, f"{fn.id}() ({REVIEW_BUILTINS[fn.id]})")
@@ -1069,6 +1095,8 @@ def _value_call_reason(values: Values, n: ast.Call, hand_written: bool, modules,
     fn = n.func
     spelled = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
     for c in sorted(ev(fn)):
+        if c in STACKLEVEL_POSITIONAL and _walks_the_stack(n, c):
+            return CALLER_WALK + values.alias(n)
         direct = isinstance(fn, ast.Name) and c == f"builtins.{fn.id}"  # the builtin by its own name
         if c.startswith("builtins.") and c[9:] in REFLECTIVE_BUILTINS and not direct:
             b = c[9:]

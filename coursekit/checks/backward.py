@@ -1195,7 +1195,7 @@ class BackwardBenchmark:
     """FusedAddRMSNorm forward + backward: the same work per call however many rows or features (times shown beside eager x + residual then F.rms_norm)"""
 
     @staticmethod
-    def probe(ns):
+    def probe(ns, count_seed=None):
         cls = fused_class(ns)
         cuda = torch.cuda.is_available()
         device = torch.device("cuda" if cuda else "cpu")
@@ -1208,7 +1208,7 @@ class BackwardBenchmark:
         ref = _reference("05_backward", FUSED)
         if ref is not None:
             steps["course solution"] = fused_step(ref)
-        work = scaling.measure(GID, ns)
+        work = scaling.measure(GID, ns, count_seed)
         with OpRecorder(active=True) as rec:
             first = steps["yours"](*args)
         threads = torch.get_num_threads()

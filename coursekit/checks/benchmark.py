@@ -87,12 +87,14 @@ def _reference(assignment: str, name: str):
     return ns.get(name) if ns else None
 
 
-def _run(grade_id: str, mods: dict, x, student_name: str, ns: dict, forbid=frozenset(), cfg=None) -> dict:
+def _run(grade_id: str, mods: dict, x, student_name: str, ns: dict, forbid=frozenset(), cfg=None,
+         count_seed=None) -> dict:
     """Time ``mods`` (name -> callable on x) interleaved; the student's first, under an op recorder.
     With ``cfg.compile``, ``torch.compile(mods["torch"])`` is timed too, or reported unavailable.
-    The work of the student's code in ``ns`` is counted (:func:`coursekit.checks.scaling.measure`)."""
+    The work of the student's code in ``ns`` is counted (:func:`coursekit.checks.scaling.measure`,
+    on inputs drawn from ``count_seed``: the grader's)."""
     cfg = cfg or bench.bench_config(x.device)
-    work = scaling.measure(grade_id, ns)
+    work = scaling.measure(grade_id, ns, count_seed)
     with OpRecorder(active=bool(forbid)) as rec, torch.no_grad():
         y = mods["yours"](x)
     if not isinstance(y, torch.Tensor):
@@ -268,7 +270,7 @@ def _bench_params(name, d):
     return affine_values(99, d, names=("weight", "bias") if name == "LayerNorm" else ("weight",))
 
 
-def _norm_probe(ns, grade_id, name, assignment, torch_mod, forbid):
+def _norm_probe(ns, grade_id, name, assignment, torch_mod, forbid, count_seed=None):
     cls = ns[name]
     cfg = bench.bench_config()
     size = cfg.sizes("norm")
@@ -284,7 +286,7 @@ def _norm_probe(ns, grade_id, name, assignment, torch_mod, forbid):
     ref = _reference(assignment, name)
     if ref is not None:
         mods["course solution"] = _place(ref(d), cfg)
-    return _run(grade_id, mods, x, name, ns, forbid, cfg)
+    return _run(grade_id, mods, x, name, ns, forbid, cfg, count_seed)
 
 
 def _norm_want(name, torch_mod):
@@ -304,8 +306,8 @@ class LayerNormBenchmark:
     """vectorized: the same work per call however many rows or features (times shown beside torch.nn.LayerNorm's)"""
 
     @staticmethod
-    def probe(ns):
-        return _norm_probe(ns, "layernorm_benchmark", "LayerNorm", "01_layernorm", nn.LayerNorm, NORM_OPS)
+    def probe(ns, count_seed=None):
+        return _norm_probe(ns, "layernorm_benchmark", "LayerNorm", "01_layernorm", nn.LayerNorm, NORM_OPS, count_seed)
 
     @staticmethod
     def judge(out):
@@ -317,9 +319,9 @@ class RMSNormBenchmark:
     """vectorized: the same work per call however many rows or features (times shown beside torch.nn.RMSNorm's)"""
 
     @staticmethod
-    def probe(ns):
+    def probe(ns, count_seed=None):
         return _norm_probe(ns, "rmsnorm_benchmark", "RMSNorm", "02_rmsnorm",
-                           lambda d: nn.RMSNorm(d, eps=RMSNORM_EPS), NORM_OPS)
+                           lambda d: nn.RMSNorm(d, eps=RMSNORM_EPS), NORM_OPS, count_seed)
 
     @staticmethod
     def judge(out):
@@ -354,7 +356,7 @@ class ResidualBenchmark:
     """vectorized: a pre-norm ResidualBlock does the same work per call however many tokens, sequences or features (times shown beside x + F(nn.LayerNorm(x)))"""
 
     @staticmethod
-    def probe(ns):
+    def probe(ns, count_seed=None):
         cfg = bench.bench_config()
         size = cfg.sizes("residual")
         d, dev, dt = size["d"], cfg.device, cfg.dtype
@@ -365,7 +367,7 @@ class ResidualBenchmark:
         ref = _reference("03_residual", "ResidualBlock")
         if ref is not None:
             mods["course solution"] = _place(ref(d, f, norm="layer"), cfg).eval()
-        return _run("residual_benchmark", mods, x, "ResidualBlock", ns, cfg=cfg)
+        return _run("residual_benchmark", mods, x, "ResidualBlock", ns, cfg=cfg, count_seed=count_seed)
 
     @staticmethod
     def judge(out):
@@ -385,7 +387,7 @@ class TransformerBlockBenchmark:
     """vectorized: a TransformerBlock does the same work per call however many tokens, sequences, heads or features (times shown beside nn.TransformerEncoderLayer)"""
 
     @staticmethod
-    def probe(ns):
+    def probe(ns, count_seed=None):
         cfg = bench.bench_config()
         size = cfg.sizes("transformer_block")
         d, h, ff, dev, dt = size["d"], size["heads"], size["d_ff"], cfg.device, cfg.dtype
@@ -398,7 +400,7 @@ class TransformerBlockBenchmark:
         ref = _reference("04_transformer_block", "TransformerBlock")
         if ref is not None:
             mods["course solution"] = _place(ref(d, h, ff), cfg).eval()
-        return _run("transformer_block_benchmark", mods, x, "TransformerBlock", ns, cfg=cfg)
+        return _run("transformer_block_benchmark", mods, x, "TransformerBlock", ns, cfg=cfg, count_seed=count_seed)
 
     @staticmethod
     def judge(out):

@@ -21,13 +21,23 @@ runs, and a fresh input for each call (a cache keyed by the input gains nothing)
 submission gets the same counts, and so the same points, on any machine under any load. The
 benchmark's times are still measured and printed, for information only.
 
+The counted calls' inputs are drawn from a seed: the grader's, one per submission from its secret
+(``count_seed`` in the test's step, :mod:`autograder.grade`), so no input is known before the call;
+the notebook's own check uses :data:`DEFAULT_SEED`. The modules get known weights, and each counted
+call's output goes into the record: the judge rebuilds torch's output from the same seed and
+weights (:func:`expected`), so a count stands only for code that computed the right answer (a
+constant-work shortcut that returns something else, or an answer looked up from a table made in
+advance, fails here).
+
 What is not counted: work in threads or processes the code starts (the grader's observers see
 those start), and a loop run entirely inside C code that dispatches no torch op per item.
 """
 from __future__ import annotations
 
+import functools
 import sys
 import types
+from typing import NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -54,11 +64,12 @@ class _OpCount(TorchDispatchMode):
 _OWN = frozenset({_OpCount.__torch_dispatch__.__code__})  # frames whose lines are the counter's, not the work's
 
 
-def work(call, *inputs) -> dict:
-    """``{"ops": n, "lines": n}`` for one ``call(inputs[1])``, after a warm-up ``call(inputs[0])``
-    (a first call's lazy set-up is not per-row work). Two inputs of the same shape, different values."""
+def work(call, warm: tuple, counted: tuple) -> tuple[dict, object]:
+    """(``{"ops": n, "lines": n}``, the output) of one ``call(*counted)``, after a warm-up
+    ``call(*warm)`` (a first call's lazy set-up is not per-row work): inputs of the same shapes,
+    different values."""
     with _OpCount():  # the warm-up under the counter too: torch imports some of its machinery lazily
-        call(inputs[0])
+        call(*warm)
     counter = _OpCount()
     lines = [0]
 
@@ -73,10 +84,10 @@ def work(call, *inputs) -> dict:
     with counter:
         _settrace(trace)
         try:
-            call(inputs[1])
+            out = call(*counted)
         finally:
             _settrace(before)
-    return {"ops": counter.n, "lines": lines[0]}
+    return {"ops": counter.n, "lines": lines[0]}, out
 
 
 def _x(shape, seed):
@@ -84,22 +95,41 @@ def _x(shape, seed):
     return torch.randn(*shape, generator=g, dtype=torch.float32) * 1.5 + 0.5
 
 
-def _calls(build, shape):
-    """(call, input, input) for :func:`work`: the module from ``build()``, two inputs of ``shape``."""
-    m = build()
+class Case(NamedTuple):
+    """One counted workload: the student's code and torch's, built with the same known weights, and
+    the inputs both are called on, drawn from a seed."""
+    student: object  # (namespace) -> f, f(*inputs) -> the output (a tensor, or a tuple of them)
+    torch: object  # () -> f, torch's own computation of the same output
+    inputs: object  # (seed) -> the tuple of inputs
 
-    def call(x):
+
+def _no_grad(m):
+    def f(x):
         with torch.no_grad():
             return m(x)
-    return call, _x(shape, 11), _x(shape, 12)
+    return f
 
 
 # --- what each benchmark grows ------------------------------------------------------------------
-# Each entry: (dimension, n0, n1, calls at n0, calls at n1); ``calls`` is a function of the
-# notebook's namespace giving :func:`work`'s arguments.
+# Each entry: (dimension, n0, n1, case at n0, case at n1).
 
 def _norm(name, d, shape):
-    return lambda ns: _calls(lambda: ns[name](d), shape)
+    def student(ns):
+        from coursekit.checks.benchmark import _bench_params
+        from coursekit.checks.normcheck import set_params
+        m = ns[name](d)
+        set_params(m, _bench_params(name, d), name)
+        return _no_grad(m)
+
+    def reference():
+        from torch import nn
+
+        from coursekit.checks.benchmark import _bench_params
+        from coursekit.checks.normcheck import set_params
+        m = nn.LayerNorm(d) if name == "LayerNorm" else nn.RMSNorm(d, eps=1e-6)
+        set_params(m, _bench_params(name, d), name)
+        return _no_grad(m)
+    return Case(student, reference, lambda seed: (_x(shape, seed),))
 
 
 def _norm_growth(name):
@@ -108,44 +138,90 @@ def _norm_growth(name):
 
 
 def _residual(d, shape):
-    def calls(ns):
+    def student(ns):
         from coursekit.checks.benchmark import _res_sublayer
-        return _calls(lambda: ns["ResidualBlock"](d, _res_sublayer(d=d), norm="layer").eval(), shape)
-    return calls
+        return _no_grad(ns["ResidualBlock"](d, _res_sublayer(d=d), norm="layer").eval())
+
+    def reference():
+        from coursekit.checks.benchmark import _TorchResidual, _res_sublayer
+        return _no_grad(_TorchResidual(_res_sublayer(d=d)).eval())
+    return Case(student, reference, lambda seed: (_x(shape, seed),))
 
 
 def _block(d, h, ff, shape):
-    return lambda ns: _calls(lambda: ns["TransformerBlock"](d, h, ff).eval(), shape)
+    def weights():
+        from coursekit.checks.seeded import block_spec, values
+        return values(block_spec(d, ff), 4242)
+
+    def student(ns):
+        from coursekit.checks.seeded import load_into
+        m = ns["TransformerBlock"](d, h, ff).eval()
+        load_into(m, weights(), "TransformerBlock",
+                  "the benchmark loads known weights by the contract's names (norm1, attn, norm2, ffn)")
+        return _no_grad(m)
+
+    def reference():
+        from coursekit.checks.seeded import torch_layer
+        return _no_grad(torch_layer(weights(), d, h, ff, norm_first=True).float())
+    return Case(student, reference, lambda seed: (_x(shape, seed),))
 
 
 def _fused(shape):
-    def calls(ns):
-        from coursekit.checks.backward import fused_class, fused_step
-        step = fused_step(fused_class(ns))
-        d = shape[-1]
-        g = torch.Generator().manual_seed(5)
-        r, gy, gh = (torch.randn(*shape, generator=g, dtype=torch.float32) for _ in range(3))
-        w = torch.rand(d, generator=g, dtype=torch.float32) + 0.5
+    d = shape[-1]
 
-        def call(x):
+    def inputs(seed):
+        g = torch.Generator().manual_seed(seed)
+        x, r, gy, gh = (torch.randn(*shape, generator=g, dtype=torch.float32) for _ in range(4))
+        return x * 1.5 + 0.5, r, torch.rand(d, generator=g, dtype=torch.float32) + 0.5, gy, gh
+
+    def on_leaves(step):
+        def f(x, r, w, gy, gh):
             leaves = [x.clone().requires_grad_(True), r.clone().requires_grad_(True), w.clone().requires_grad_(True)]
             return step(*leaves, gy, gh)
-        return call, _x(shape, 11), _x(shape, 12)
-    return calls
+        return f
+
+    def student(ns):
+        from coursekit.checks.backward import fused_class, fused_step
+        return on_leaves(fused_step(fused_class(ns)))
+
+    def reference():
+        from coursekit.checks.backward import eager_step
+        return on_leaves(eager_step)
+    return Case(student, reference, inputs)
 
 
 def _streams(shape):
-    def calls(ns):
+    """Exercise 06's block, forward + backward: (y, grad_x) of the student's MHCResidual with known
+    parameters (res_logits the log of a known doubly stochastic matrix) against the block's formula
+    with that H_res given (coursekit.checks.streams)."""
+    def student(ns):
         from coursekit.checks.streams import counted_step
-        return counted_step(ns, shape)
-    return calls
+        return counted_step(ns["MHCResidual"], shape)
+
+    def reference():
+        from coursekit.checks.streams import counted_step
+        return counted_step(None, shape)
+
+    def inputs(seed):
+        from coursekit.checks.streams import counted_streams
+        return counted_streams(shape, seed)
+    return Case(student, reference, inputs)
 
 
 def _sinkhorn(k):
-    def calls(ns):
-        from coursekit.checks.streams import counted_sinkhorn
-        return counted_sinkhorn(ns, k)
-    return calls
+    """Exercise 06's sinkhorn_knopp on k logits whose exp is a doubly stochastic matrix up to row factors:
+    the first row step reaches the result, so a softmax over the rows is torch's side."""
+    def student(ns):
+        f = ns["sinkhorn_knopp"]
+        return lambda logits: f(logits, 20)
+
+    def reference():
+        return lambda logits: torch.softmax(logits, dim=-1)
+
+    def inputs(seed):
+        from coursekit.checks.streams import counted_logits
+        return (counted_logits(k, seed),)
+    return Case(student, reference, inputs)
 
 
 GROWTH = types.MappingProxyType({  # read-only, and its entries tuples: a notebook cannot swap one
@@ -174,38 +250,95 @@ GROWTH = types.MappingProxyType({  # read-only, and its entries tuples: a notebo
     ),
 })
 
+#: the seed of the counted inputs when none is given (the notebook's own check); the grader gives
+#: one per submission, drawn from its secret (autograder.grade), so no input is known in advance
+DEFAULT_SEED = 11
+
+
+def _seed(seed: int, entry: int, side: int, call: int) -> int:
+    """The input seed of one call: ``side`` 0 (n0) or 1 (n1), ``call`` 0 (warm-up) or 1 (counted)."""
+    return (int(seed) * 1_000_003 + entry * 4 + side * 2 + call) % (1 << 62)
+
+
 #: what a loop over each dimension usually looks like, for the message
 WHAT = {"rows": "rows", "tokens": "tokens", "batch": "sequences of the batch", "features": "features",
         "heads": "attention heads", "matrices": "matrices in a batch of logits"}
 
 
-def measure(gid: str, ns: dict) -> list[dict]:
+def _kept(out):
+    """The counted call's output as the record keeps it: plain tensors (detached, on the CPU), a list
+    of them for a tuple; a text naming anything else (the judge fails it)."""
+    if type(out) is torch.Tensor:
+        return out.detach().cpu()
+    if type(out) is tuple and all(type(t) is torch.Tensor for t in out):
+        return [t.detach().cpu() for t in out]
+    return f"a {type(out).__name__}"
+
+
+def measure(gid: str, ns: dict, seed: int | None = None) -> list[dict]:
     """The counts of benchmark ``gid`` on the student's code in ``ns``: one entry per grown
-    dimension, ``{"dim", "n0", "n1", "at_n0": {"ops", "lines"}, "at_n1": {...}}``. Runs the student's
-    code; raises what it raises."""
+    dimension, ``{"dim", "n0", "n1", "seed", "at_n0": {"ops", "lines"}, "at_n1": {...}, "out": [y at
+    n0, y at n1]}``, the inputs drawn from ``seed`` (:data:`DEFAULT_SEED` when None). Runs the
+    student's code; raises what it raises."""
+    seed = DEFAULT_SEED if seed is None else int(seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the counts do not depend on it; the time they take does
     try:
         out = []
-        for dim, n0, n1, small, grown in GROWTH[gid]:
-            out.append({"dim": dim, "n0": n0, "n1": n1,
-                        "at_n0": work(*small(ns)), "at_n1": work(*grown(ns))})
+        for i, (dim, n0, n1, small, grown) in enumerate(GROWTH[gid]):
+            e = {"dim": dim, "n0": n0, "n1": n1, "seed": seed, "out": []}
+            for side, (key, case) in enumerate((("at_n0", small), ("at_n1", grown))):
+                counts, y = work(case.student(ns), case.inputs(_seed(seed, i, side, 0)),
+                                 case.inputs(_seed(seed, i, side, 1)))
+                e[key] = counts
+                e["out"].append(_kept(y))
+            out.append(e)
         return out
     finally:
         torch.set_num_threads(threads)
 
 
+@functools.lru_cache(maxsize=32)
+def _torch_side(gid: str, entry: int, side: int):
+    """torch's module for one counted call, built once per process (the judge's side only)."""
+    return GROWTH[gid][entry][3 + side].torch()
+
+
+def expected(gid: str, entry: int, side: int, seed: int):
+    """torch's output for one counted call of :func:`measure` (the judge's side)."""
+    return _torch_side(gid, entry, side)(*GROWTH[gid][entry][3 + side].inputs(_seed(seed, entry, side, 1)))
+
+
+#: how close the counted call's output must be to torch's (float32, inputs of a few hundred numbers)
+OUT_TOL = 5e-3
+
+
 def judge(rec, gid: str, what: str, hint: str) -> None:
-    """Raise :class:`CheckFailed` when the work of one call grows with a dimension (see the module's
+    """Raise :class:`CheckFailed` when the counted calls computed something else than torch on the
+    same inputs and weights, or when the work of one call grows with a dimension (see the module's
     docstring for the rule); ``rec`` is :func:`measure`'s result, from wherever it ran."""
+    from coursekit.checks.compare import expect_close
     dims = [g[0] for g in GROWTH[gid]]
+    malformed = "the benchmark's count of your code's work is missing or malformed"
     if not (isinstance(rec, list) and [e.get("dim") if isinstance(e, dict) else None for e in rec] == dims):
-        raise CheckFailed("the benchmark's count of your code's work is missing or malformed")
-    for e, (dim, n0, n1, _, _) in zip(rec, GROWTH[gid]):
+        raise CheckFailed(malformed)
+    for i, (e, (dim, n0, n1, _, _)) in enumerate(zip(rec, GROWTH[gid])):
         counts = [e.get("at_n0"), e.get("at_n1")]
         if not all(isinstance(c, dict) and all(type(c.get(k)) is int and c[k] >= 0 for k in ("ops", "lines"))
-                   for c in counts) or (e.get("n0"), e.get("n1")) != (n0, n1):
-            raise CheckFailed("the benchmark's count of your code's work is missing or malformed")
+                   for c in counts) or (e.get("n0"), e.get("n1")) != (n0, n1) or type(e.get("seed")) is not int \
+                or not (isinstance(e.get("out"), list) and len(e["out"]) == 2):
+            raise CheckFailed(malformed)
+        for side, (got, n) in enumerate(zip(e["out"], (n0, n1))):
+            where = f"your {what}'s output on the benchmark's counted call ({n} {dim}, a fresh random input)"
+            if isinstance(got, str):
+                raise CheckFailed(f"{where} is {got}, not a torch.Tensor")
+            want = expected(gid, i, side, e["seed"])
+            pairs = list(zip(got, want)) if isinstance(want, tuple) else [(got, want)]
+            if isinstance(want, tuple) and not (isinstance(got, list) and len(got) == len(want)):
+                raise CheckFailed(f"{where} should be {len(want)} tensors")
+            for k, (g, w) in enumerate(pairs):
+                expect_close(g, w.detach(), what=where + (f", gradient {k + 1}" if len(pairs) > 1 else ""),
+                             atol=OUT_TOL, rtol=OUT_TOL, check_dtype=False)
         a, b = counts
         allowed = (n1 - n0) / 2
         if b["lines"] - a["lines"] >= allowed or b["ops"] - a["ops"] >= allowed:

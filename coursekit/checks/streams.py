@@ -689,7 +689,7 @@ class StreamsBenchmark:
     """vectorized: MHCResidual forward + backward and sinkhorn_knopp do the same work per call however many tokens, sequences, features or matrices (times shown beside a pre-norm residual x + F(RMSNorm(x)) and a softmax)"""
 
     @staticmethod
-    def probe(ns):
+    def probe(ns, count_seed=None):
         cfg = bench.bench_config()
         size = cfg.sizes("streams")
         shape, d, n = size["input"], size["d"], size["n"]
@@ -707,7 +707,7 @@ class StreamsBenchmark:
             args["course solution"] = x
             ref_sk = _reference("06_streams", SK)
             sk["course solution"] = lambda: ref_sk(logits, 20)
-        work = scaling.measure(GID, ns)
+        work = scaling.measure(GID, ns, count_seed)
         y = steps["yours"](x)
         if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(shape):
             raise CheckFailed(f"MHCResidual on streams of shape {tuple(shape)} returned "
@@ -754,7 +754,7 @@ class StreamsBenchmark:
         close(expect_tensor(out["y"], "the output"), bench_want(kind), atol=tol, rtol=tol, check_dtype=False,
               what="MHCResidual's output on the benchmark's first tokens (its parameters loaded by name, "
                    "res_logits the log of a doubly stochastic matrix)")
-        scaling.judge(out["work"], GID, "MHCResidual forward + backward and sinkhorn_knopp", LOOP_HINT[GID])
+        scaling.judge(out["work"], GID, "MHCResidual (forward + backward) or sinkhorn_knopp", LOOP_HINT[GID])
         print(scaling.describe(out["work"]))
         where = ("CUDA, bfloat16, CUDA events" if cuda else "CPU, float32, 1 thread: these are CPU numbers, small "
                  f"sizes; on a GPU this cell times bfloat16 {BENCH_SIZES['cuda']['streams']['input']}")
@@ -787,18 +787,46 @@ class StreamsBenchmark:
 # What the work count calls (coursekit.checks.scaling.GROWTH) and the served benchmark
 # --------------------------------------------------------------------------------------------
 
-def counted_step(ns, shape):
-    """(call, input, input) for :func:`coursekit.checks.scaling.work`: one forward + backward of the
-    student's block on streams of ``shape`` (float32 on the CPU)."""
+def counted_step(cls, shape):
+    """What the work count calls (:mod:`coursekit.checks.scaling`): ``f(x, grad_out) -> (y, grad_x)``, one
+    forward + backward of ``cls(d, Linear(d, d), n_streams=n)`` with the benchmark's parameters on streams
+    of ``shape`` (float32, CPU), or of :class:`GivenMixing` (``cls`` None: torch's side, the same output)."""
     cpu = bench.bench_config("cpu")
-    step = fwd_bwd(bench_block(ns[MHC], cpu, d=shape[-1], n=shape[-2]), _input(shape, SEED_G))
-    return step, _input(shape, 11), _input(shape, 12)
+    d, n = shape[-1], shape[-2]
+    m = GivenMixing(d, n, _res_sublayer(d=d)) if cls is None else bench_block(cls, cpu, d=d, n=n)
+    params = [p for p in m.parameters() if p.requires_grad]
+
+    def f(x, grad_out):
+        with torch.enable_grad():
+            leaf = x.clone().requires_grad_(True)
+            y = m(leaf)
+            grads = torch.autograd.grad(y, [leaf, *params], grad_out, allow_unused=True)
+        return y.detach(), grads[0]
+    return f
 
 
-def counted_sinkhorn(ns, k: int, n: int = 4):
-    """(call, input, input): the student's sinkhorn_knopp on a batch of ``k`` matrices ``(n, n)``."""
-    f = ns[SK]
-    return (lambda L: f(L, 20)), _input((k, n, n), 11), _input((k, n, n), 12)
+def counted_streams(shape, seed: int) -> tuple:
+    """The counted call's streams and upstream gradient, drawn from ``seed``."""
+    g = torch.Generator().manual_seed(int(seed))
+    x = torch.randn(*shape, generator=g, dtype=F32) * 1.5 + 0.5
+    return x, torch.randn(*shape, generator=g, dtype=F32)
+
+
+def counted_logits(k: int, seed: int, n: int = 4) -> torch.Tensor:
+    """``k`` logits ``(n, n)`` drawn from ``seed``: log of a random doubly stochastic matrix (a mix of
+    random permutations and J/n, every entry positive) plus a constant per row and one per matrix. The
+    first row step of Sinkhorn reaches that matrix and the rest keeps it: its result is the softmax of
+    each row, known without Sinkhorn."""
+    g = torch.Generator().manual_seed(int(seed))
+    eye = torch.eye(n, dtype=F64)
+    mats = []
+    for _ in range(k):
+        w = torch.rand(3, generator=g, dtype=F64) + 0.2
+        w = 0.9 * w / w.sum()
+        perms = [eye[torch.randperm(n, generator=g)] for _ in range(3)]
+        mats.append(0.1 / n + sum(wi * p for wi, p in zip(w, perms)))
+    rows = 3.0 * torch.randn(k, n, 1, generator=g, dtype=F64) + 5.0 * torch.randn(k, 1, 1, generator=g, dtype=F64)
+    return (torch.log(torch.stack(mats)) + rows).to(F32)
 
 
 def _served_x(seed, cfg=None):
