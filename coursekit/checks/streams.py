@@ -848,5 +848,5 @@ def served_entry() -> tuple:
         cfg = cfg or bench.bench_config("cpu")
         return fwd_bwd(given_block(cfg), upstream(cfg.sizes("streams")["input"], cfg))
 
-    return (f"{MHC} (forward + backward)", "06_streams", build, torch_side, _served_x,
+    return (f"{MHC} (forward + backward, with its {SK})", "06_streams", build, torch_side, _served_x,
             "the block's formula with H_res given, eager")
