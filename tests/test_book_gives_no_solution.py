@@ -51,6 +51,9 @@ CONTRACT = {
     "rmsnorm_backward": ("05_backward", "function", 4),
     "layernorm_backward": ("05_backward", "function", 5),
     "FusedAddRMSNorm": ("05_backward", "autograd", 4),
+    "sinkhorn_knopp": ("06_streams", "function", 2),
+    "MHCResidual": ("06_streams", "module", 2),
+    "depth_attention": ("06_streams", "function", 2),
 }
 
 # the instructors' pages (docs/, issue 29) are built into the same book: read like the chapters

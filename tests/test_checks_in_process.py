@@ -1,10 +1,11 @@
-"""Exercises 01-05 through coursekit.checks, in-process and fast: the solution passes every check,
+"""Exercises 01-06 through coursekit.checks, in-process and fast: the solution passes every check,
 the released stub fails every check saying it is not implemented yet, each wrong version in
 tests/fixtures/wrong/<assignment> fails the checks it names (the first with the message it
 names), each right version passes them all, and every check is lost by some wrong version.
 Benchmarks included. The slow, real-nbgrader run of the same fixtures is
 tests/test_exercises_nbgrader.py; exercise-specific tests are in tests/test_norm_checks.py,
-tests/test_checks_residual.py, tests/test_checks_transformer.py and tests/test_checks_backward.py."""
+tests/test_checks_residual.py, tests/test_checks_transformer.py, tests/test_checks_backward.py and
+tests/test_checks_streams.py."""
 from __future__ import annotations
 
 import functools
@@ -21,6 +22,7 @@ MARKS = {
     "03_residual": pytest.mark.residual,
     "04_transformer_block": pytest.mark.transformer,
     "05_backward": pytest.mark.backward,
+    "06_streams": pytest.mark.streams,
 }
 CHECKS = {a: grade_ids(a) for a in MARKS}
 WRONG = [f for f in fixtures(ROOT / "tests" / "fixtures" / "wrong") if f.assignment in MARKS]

@@ -1,4 +1,4 @@
-"""Verdicts of the course grader on honest-but-unusual work and on attacks, in exercises 02, 04 and 05
+"""Verdicts of the course grader on honest-but-unusual work and on attacks, in exercises 02, 04, 05 and 06
 (exercise 01's class is tests/test_autograder_hostile.py), graded as students hand them in.
 
 Honest work keeps full marks with nothing flagged; an attack scores no more than it deserves, or
@@ -31,7 +31,7 @@ def grade(tmp, assignment):
     return cases, rows, results
 
 
-@pytest.mark.parametrize("assignment", ["02_rmsnorm", "04_transformer_block", "05_backward"])
+@pytest.mark.parametrize("assignment", ["02_rmsnorm", "04_transformer_block", "05_backward", "06_streams"])
 def test_honest_work_keeps_full_marks_unflagged_and_attacks_gain_nothing_unseen(tmp_path, assignment):
     cases, rows, results = grade(tmp_path, assignment)
     full = float(rows["solution"]["max_score"])

@@ -7,7 +7,7 @@ process, a forged record with empty outputs) used to pass an empty ``zip``: the 
 earned 9/15 in exercises 01 and 02, 7/12 in 03, 8/18 in 04.
 
 Left out (``FREE_FORM``): the benchmark's ``notes`` (free-form text, printed, never judged), its
-``course solution`` timing (there only where solutions/ is, never inside the sandbox) and, on a
+``course solution`` timings (there only where solutions/ is, never inside the sandbox) and, on a
 GPU, its ``torch.compile`` timing or the reason it is unavailable (shown, never judged). The
 hard-rows checks return one tensor: nothing to mutate (the judge checks its shape).
 """
@@ -27,9 +27,12 @@ ASSIGNMENTS = {
     "03_residual": pytest.mark.residual,
     "04_transformer_block": pytest.mark.transformer,
     "05_backward": pytest.mark.backward,
+    "06_streams": pytest.mark.streams,
 }
 #: (check kind, path in the record's tree) of what a record may lack or shorten
 FREE_FORM = {("benchmark", ("notes",)), ("benchmark", ("times", "course solution")),
+             # exercise 06 times sinkhorn_knopp too: its course solution row likewise
+             ("benchmark", ("sinkhorn", "course solution")),
              # on a GPU: torch.compile's row, or why there is none (shown, never judged)
              ("benchmark", ("times", "torch.compile")), ("benchmark", ("unavailable", "torch.compile"))}
 

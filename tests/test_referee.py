@@ -25,7 +25,7 @@ from tools.make_submission import fixtures
 from notebook_ns import code_ns
 
 load_all()
-ASSIGNMENTS = ("01_layernorm", "02_rmsnorm", "03_residual", "04_transformer_block", "05_backward")
+ASSIGNMENTS = ("01_layernorm", "02_rmsnorm", "03_residual", "04_transformer_block", "05_backward", "06_streams")
 OWNER = {g: a for a in ASSIGNMENTS for g in grade_ids(a)}
 HIDDEN = sorted(HIDDEN_IDS)
 _solution = functools.cache(solution_ns)

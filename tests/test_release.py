@@ -37,8 +37,9 @@ def test_released_notebook_fails_validation(assignment):
     assert "Success! The notebook does not pass any tests." in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_five_assignments_in_course_order():
-    assert ASSIGNMENTS == ["01_layernorm", "02_rmsnorm", "03_residual", "04_transformer_block", "05_backward"]
+def test_six_assignments_in_course_order():
+    assert ASSIGNMENTS == ["01_layernorm", "02_rmsnorm", "03_residual", "04_transformer_block", "05_backward",
+                           "06_streams"]
 
 
 def test_each_test_cell_opens_with_its_checks_description():

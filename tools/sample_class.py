@@ -28,15 +28,16 @@ DEST = Path(__file__).resolve().parent / "sample_class"
 PICKS = {
     "cho_buggy": ("wrong", {"01_layernorm": "unbiased_variance", "02_rmsnorm": "mean_subtracted",
                             "03_residual": "post_norm_when_pre_asked", "04_transformer_block": "masks_ignored",
-                            "05_backward": "grad_h_ignored"}),
+                            "05_backward": "grad_h_ignored", "06_streams": "h_post_without_factor_two"}),
     "dan_buggy": ("wrong", {"01_layernorm": "per_row_loop", "02_rmsnorm": "eps_hard_coded",
                             "03_residual": "per_token_python_loop",
-                            "04_transformer_block": "dropout_active_in_eval", "05_backward": "per_row_loop"}),
+                            "04_transformer_block": "dropout_active_in_eval", "05_backward": "per_row_loop",
+                            "06_streams": "per_token_python_loop"}),
     "ben_partial": ("wrong", {"02_rmsnorm": "computes_in_fp16"}),
     "eve_cheats": ("wrong", {"02_rmsnorm": "calls_F_rms_norm"}),  # calls torch's built-in RMSNorm
     "hal_unusual": ("right", {"01_layernorm": "var_rsqrt_noisy", "02_rmsnorm": "norm_based_noisy",
                               "03_residual": "separate_classes", "04_transformer_block": "residual_block_reuse",
-                              "05_backward": "other_algebra"}),
+                              "05_backward": "other_algebra", "06_streams": "log_domain_sinkhorn"}),
 }
 
 

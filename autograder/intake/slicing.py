@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 
 #: the student's code names the graded checks look up (fallback when coursekit.checks is unavailable)
 CONTRACT_NAMES = ("LayerNorm", "RMSNorm", "apply_residual_connection", "ResidualBlock", "TransformerBlock",
-                  "TransformerStack", "rmsnorm_backward", "layernorm_backward", "FusedAddRMSNorm")
+                  "TransformerStack", "rmsnorm_backward", "layernorm_backward", "FusedAddRMSNorm",
+                  "sinkhorn_knopp", "MHCResidual", "depth_attention")
 #: cell magics whose body is Python that runs in the notebook's namespace: sliced like a cell
 INLINE_CELL_MAGICS = frozenset({"time", "capture"})
 #: cell magics that write their body into a file (``%%file`` is IPython's other name for it)

@@ -42,6 +42,7 @@ EXERCISE_MODULES = (
     "coursekit.checks.transformer",
     "coursekit.checks.benchmark",
     "coursekit.checks.backward",
+    "coursekit.checks.streams",
 )
 #: the instructor's hidden checks: imported when the ``course`` package is there (the grader, the
 #: course directory), absent from the student pack
@@ -51,6 +52,7 @@ HIDDEN_MODULES = (
     "course.hidden.residual",
     "course.hidden.transformer",
     "course.hidden.backward",
+    "course.hidden.streams",
 )
 
 

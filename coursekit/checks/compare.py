@@ -50,8 +50,10 @@ def is_close(actual: torch.Tensor, expected: torch.Tensor, atol=None, rtol=None)
 
 
 def expect_close(actual, expected: torch.Tensor, *, what: str, atol=None, rtol=None,
-                 suspects: dict | None = None, check_dtype: bool = True) -> None:
-    """Raise :class:`CheckFailed` unless ``actual`` matches ``expected`` (shape, dtype, values)."""
+                 suspects: dict | None = None, check_dtype: bool = True, against: str = "torch") -> None:
+    """Raise :class:`CheckFailed` unless ``actual`` matches ``expected`` (shape, dtype, values).
+    ``against``: what ``expected`` came from, as the message names it (torch's own module by default;
+    an exercise with no torch counterpart says "the reference")."""
     actual = expect_tensor(actual, what)
     if actual.shape != expected.shape:
         raise CheckFailed(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
@@ -65,13 +67,13 @@ def expect_close(actual, expected: torch.Tensor, *, what: str, atol=None, rtol=N
             raise CheckFailed(f"{what} is wrong: {message}")
     a, e = actual.double(), expected.double()
     if torch.isnan(a).any() and not torch.isnan(e).any():
-        raise CheckFailed(f"{what} contains NaN where torch's result has none")
+        raise CheckFailed(f"{what} contains NaN where {against}'s result has none")
     if torch.isinf(a).any() and not torch.isinf(e).any():
-        raise CheckFailed(f"{what} contains inf where torch's result has none (overflow?)")
+        raise CheckFailed(f"{what} contains inf where {against}'s result has none (overflow?)")
     diff = (torch.nan_to_num(a) - torch.nan_to_num(e)).abs()
     i = int(diff.argmax())
     raise CheckFailed(
-        f"{what} does not match torch: largest difference {diff.max().item():.3g} at flat index {i} "
+        f"{what} does not match {against}: largest difference {diff.max().item():.3g} at flat index {i} "
         f"(yours {a.flatten()[i].item():.6g}, expected {e.flatten()[i].item():.6g})"
     )
 

@@ -184,6 +184,40 @@ def _fused(shape):
     return Case(student, reference, inputs)
 
 
+def _streams(shape):
+    """Exercise 06's block, forward + backward: (y, grad_x) of the student's MHCResidual with known
+    parameters (res_logits the log of a known doubly stochastic matrix) against the block's formula
+    with that H_res given (coursekit.checks.streams)."""
+    def student(ns):
+        from coursekit.checks.streams import counted_step
+        return counted_step(ns["MHCResidual"], shape)
+
+    def reference():
+        from coursekit.checks.streams import counted_step
+        return counted_step(None, shape)
+
+    def inputs(seed):
+        from coursekit.checks.streams import counted_streams
+        return counted_streams(shape, seed)
+    return Case(student, reference, inputs)
+
+
+def _sinkhorn(k):
+    """Exercise 06's sinkhorn_knopp on k logits whose exp is a doubly stochastic matrix up to row factors:
+    the first row step reaches the result, so a softmax over the rows is torch's side."""
+    def student(ns):
+        f = ns["sinkhorn_knopp"]
+        return lambda logits: f(logits, 20)
+
+    def reference():
+        return lambda logits: torch.softmax(logits, dim=-1)
+
+    def inputs(seed):
+        from coursekit.checks.streams import counted_logits
+        return (counted_logits(k, seed),)
+    return Case(student, reference, inputs)
+
+
 GROWTH = types.MappingProxyType({  # read-only, and its entries tuples: a notebook cannot swap one
     "layernorm_benchmark": _norm_growth("LayerNorm"),
     "rmsnorm_benchmark": _norm_growth("RMSNorm"),
@@ -202,6 +236,12 @@ GROWTH = types.MappingProxyType({  # read-only, and its entries tuples: a notebo
         ("rows", 16, 128, _fused((16, 16)), _fused((128, 16))),
         ("features", 16, 128, _fused((16, 16)), _fused((16, 128))),
     ),
+    "streams_benchmark": (  # (batch, tokens, 4 streams, features); the n streams are not grown (n is fixed)
+        ("tokens", 8, 64, _streams((2, 8, 4, 16)), _streams((2, 64, 4, 16))),
+        ("batch", 2, 16, _streams((2, 8, 4, 16)), _streams((16, 8, 4, 16))),
+        ("features", 16, 128, _streams((2, 8, 4, 16)), _streams((2, 8, 4, 128))),
+        ("matrices", 2, 16, _sinkhorn(2), _sinkhorn(16)),
+    ),
 })
 
 #: the seed of the counted inputs when none is given (the notebook's own check); the grader gives
@@ -216,7 +256,7 @@ def _seed(seed: int, entry: int, side: int, call: int) -> int:
 
 #: what a loop over each dimension usually looks like, for the message
 WHAT = {"rows": "rows", "tokens": "tokens", "batch": "sequences of the batch", "features": "features",
-        "heads": "attention heads"}
+        "heads": "attention heads", "matrices": "matrices in a batch of logits"}
 
 
 def _kept(out):

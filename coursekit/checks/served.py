@@ -207,3 +207,9 @@ def served_report(out: dict, work) -> None:
 from coursekit.checks.backward import served_entry  # noqa: E402 -- after SERVED and Served exist
 
 SERVED["backward_benchmark"] = Served(*served_entry())
+
+# Exercise 06's too (coursekit.checks.streams.served_entry): x -> y of the student's MHCResidual, each call
+# a forward and the backward pass for a fixed upstream gradient, against the block's formula with H_res given.
+from coursekit.checks.streams import served_entry as _streams_entry  # noqa: E402
+
+SERVED["streams_benchmark"] = Served(*_streams_entry())
