@@ -23,6 +23,13 @@ With ``delegate`` (instructors: they grade on the hub), the group's folder and i
 submission inside their own (``python -m autograder grade`` without ``--no-cgroups``); the limit
 files stay root's, so the user's own limits cannot be raised, and the kernel keeps every child
 inside them.
+
+Each server's port comes from :func:`server_port`, below the kernel's ephemeral range and never one
+this hub has handed to a server still running. JupyterHub's own choice (``random_port``: bind port
+0, close, hand the number on) lets two servers started at once get the same port, or an outgoing
+connection take it first; the hub then finds *another* user's server on that port, calls the new one
+ready, and the user's requests meet that other server's 404 (jupyterhub/batchspawner#58 saw the
+same with 30 students on one node).
 """
 from __future__ import annotations
 
@@ -32,6 +39,9 @@ import os
 import pwd
 from pathlib import Path
 
+import random
+import socket
+
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Bool, Float, Integer
 
@@ -39,6 +49,43 @@ try:
     import class_server_cgroups as cgroups  # the copy in the class's Python
 except ImportError:  # pragma: no cover - from a checkout
     from autograder.sandbox import cgroups
+
+
+#: the servers' ports now handed out by this hub (one process, one event loop: no lock needed)
+_PORTS_TAKEN: set[int] = set()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel gives to bind(0) and to outgoing connections (Linux's default if unread)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def server_port(ip: str = "127.0.0.1", span: int = 4096, tries: int = 200) -> int:
+    """A port for a user's server: in the ``span`` ports just below the ephemeral range (which
+    bind(0) and outgoing connections never use), none this hub has handed to a running server, and
+    free now (a bind to it succeeds). Give it back with :func:`release_port`."""
+    low = ephemeral_range()[0]
+    first = max(1024, low - span)
+    for _ in range(tries):
+        port = random.randrange(first, low)
+        if port in _PORTS_TAKEN:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((ip or "127.0.0.1", port))
+            except OSError:
+                continue
+        _PORTS_TAKEN.add(port)
+        return port
+    raise RuntimeError(f"no free port for a user's server in {first}..{low - 1} after {tries} tries")
+
+
+def release_port(port: int) -> None:
+    _PORTS_TAKEN.discard(port)
 
 
 class LimitedSpawner(LocalProcessSpawner):
@@ -110,12 +157,20 @@ class LimitedSpawner(LocalProcessSpawner):
         async for event in super().progress():
             yield event
 
+    _own_port = 0  # the port server_port gave this server and this hub holds for it (0: none)
+    _ports_ours = False  # Spawner.port was not configured: every start takes a port from server_port
+
     async def start(self):
+        if self.port == 0 or self._ports_ours:
+            self._release_port()
+            self.port = self._own_port = server_port(self.ip)
+            self._ports_ours = True
         self._group = self._make_group()
         try:
             ip_port = await super().start()
         except BaseException:
             self._close_group()
+            self._release_port()
             raise
         if self._group is not None:
             self._watch = asyncio.ensure_future(self._watch_memory(self._group))
@@ -140,15 +195,23 @@ class LimitedSpawner(LocalProcessSpawner):
         with contextlib.suppress(Exception):
             await self.poll_and_notify()  # the hub marks the server stopped now, not at its next poll
 
+    def _release_port(self) -> None:
+        if self._own_port:
+            release_port(self._own_port)
+            self._own_port = 0
+
     async def poll(self):
         status = await super().poll()
-        if status is not None and self._group is not None:
-            self._close_group()
+        if status is not None:
+            if self._group is not None:
+                self._close_group()
+            self._release_port()
         return status
 
     async def stop(self, now=False):
         await super().stop(now=now)
         self._close_group()
+        self._release_port()
 
     def get_state(self):
         state = super().get_state()

@@ -1,0 +1,88 @@
+"""Each user's server gets a port no other server and no outgoing connection can hold (class_server.spawner).
+
+A CI run of the class load test saw a student's kernel request answered 404 by a Jupyter server
+that was not theirs: JupyterHub's ``random_port`` hands out a number from the kernel's ephemeral
+range (bind port 0, close), which another server started at the same moment, or an outgoing
+connection, can take before the user's server binds it.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from class_server import spawner as sp
+
+
+def test_the_stock_choice_is_in_the_range_outgoing_connections_use():
+    from jupyterhub.utils import random_port
+
+    low, high = sp.ephemeral_range()
+    assert all(low <= random_port() <= high for _ in range(20))
+
+
+def test_servers_ports_are_distinct_and_below_the_ephemeral_range(monkeypatch):
+    monkeypatch.setattr(sp, "_PORTS_TAKEN", set())
+    low, _ = sp.ephemeral_range()
+    ports = [sp.server_port() for _ in range(300)]
+    assert len(set(ports)) == 300
+    assert all(low - 4096 <= p < low for p in ports)
+
+
+def test_a_port_held_by_a_running_server_or_another_listener_is_never_handed_out(monkeypatch):
+    monkeypatch.setattr(sp, "_PORTS_TAKEN", set())
+    with socket.socket() as listener:
+        low, _ = sp.ephemeral_range()
+        for busy in range(low - 4096, low):
+            try:
+                listener.bind(("127.0.0.1", busy))
+                break
+            except OSError:
+                continue
+        listener.listen()
+        free = next(p for p in range(low - 1, low - 4096, -1) if p != busy and _free(p))
+        draws = iter([busy, free, free, busy, free])
+        monkeypatch.setattr(sp.random, "randrange", lambda a, b: next(draws))
+        assert sp.server_port() == free  # the listener's port is skipped
+        with pytest.raises(StopIteration):  # the running server's port is skipped too, every time
+            sp.server_port()
+    sp.release_port(free)
+    monkeypatch.setattr(sp.random, "randrange", lambda a, b: free)
+    assert sp.server_port() == free  # given back when that server stopped
+
+
+def test_a_spawner_takes_a_new_port_for_each_start_and_gives_it_back_when_it_stops(monkeypatch):
+    from jupyterhub.spawner import LocalProcessSpawner
+
+    monkeypatch.setattr(sp, "_PORTS_TAKEN", set())
+    bound = []
+
+    async def start(self):
+        bound.append(self.port)
+        return ("127.0.0.1", self.port)
+
+    async def stop(self, now=False):
+        return None
+
+    monkeypatch.setattr(LocalProcessSpawner, "start", start)
+    monkeypatch.setattr(LocalProcessSpawner, "stop", stop)
+    s = sp.LimitedSpawner(limits=False)
+    asyncio.run(s.start())
+    assert sp._PORTS_TAKEN == {bound[0]}
+    asyncio.run(s.stop())
+    assert sp._PORTS_TAKEN == set()
+    asyncio.run(s.start())  # a second start does not reuse the old number as if it were configured
+    assert sp._PORTS_TAKEN == {bound[1]}
+    fixed = sp.LimitedSpawner(limits=False, port=bound[1] + 1)  # a configured port is kept
+    asyncio.run(fixed.start())
+    assert bound[-1] == bound[1] + 1 and sp._PORTS_TAKEN == {bound[1]}
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
