@@ -565,13 +565,18 @@ def write_jupyter_config(class_dir: Path, course: Path, exchange: Path) -> Path:
         "c.ExchangeFactory.collect = 'autograder.nbgrader.collect.CheckedCollect'\n"
         "c.ExchangeFactory.release_feedback = 'autograder.nbgrader.release_feedback.ReleaseFeedback'\n")
     (etc / "instructor" / "labconfig" / "page_config.json").write_text(json.dumps({"disabledExtensions": QUIET}))
-    # Kernels talk to their server over Unix sockets beside their connection files (the user's own
-    # runtime folder), not TCP ports on 127.0.0.1: a port is chosen by binding port 0 and closing it,
-    # and with a class starting kernels at once another kernel can take it first (a CI run of the
-    # load test: "zmq.error.ZMQError: Address already in use", the kernel dead, the student's
-    # notebook stuck until nbconvert's start timeout); nor can another user reach the sockets.
+    # The servers' kernels talk to them over Unix sockets beside their connection files (the user's
+    # own runtime folder), not TCP ports on 127.0.0.1: a kernel's ports are chosen by binding port 0
+    # and closing it, and with a class starting kernels at once another process, or any outgoing
+    # connection, can take one first (a CI run of the load test: "zmq.error.ZMQError: Address
+    # already in use", the kernel restarted on the same ports until the server gave up); nor can
+    # another user reach the sockets. Only the servers read this file: a kernel that nbconvert or
+    # nbgrader starts resolves a relative socket name in its own working folder, not its client's.
     for role in ("student", "instructor"):
-        (etc / role / "jupyter_config.json").write_text(json.dumps({"KernelManager": {"transport": "ipc"}}, indent=1))
+        f = etc / role / "jupyter_server_config.json"
+        conf = json.loads(f.read_text()) if f.exists() else {}
+        conf["KernelManager"] = {"transport": "ipc"}
+        f.write_text(json.dumps(conf, indent=1))
     for d, _, files in os.walk(etc):
         os.chmod(d, 0o755)
         for f in files:

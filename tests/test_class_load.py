@@ -154,8 +154,18 @@ class Student:
 
 
 def _work(notebook: str, execute: bool = True) -> str:
-    """What each student does in their kernel: fetch, answer, run the notebook, submit."""
-    run = f"jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=300 {A}/{NB}.ipynb"
+    """What each student does in their kernel: fetch, answer, run the notebook, submit.
+
+    nbconvert's kernel talks to it over Unix sockets in the student's runtime folder, as the
+    servers' kernels do (class_server/server.py, ``write_jupyter_config``): over TCP, twenty kernels
+    started in the same second choose their ports by binding port 0 and closing it, and one of them
+    can lose its port to another process before it binds (a CI run: the kernel dead, nbconvert
+    waiting for it). The socket names are absolute: a relative one is resolved in the kernel's
+    working folder (the notebook's) by the kernel and in nbconvert's by nbconvert.
+    """
+    ipc = "$HOME/.local/share/jupyter/runtime/nbconvert-$$"  # $$: this shell's pid, one per run
+    run = (f"mkdir -p $HOME/.local/share/jupyter/runtime && jupyter nbconvert --to notebook --execute --inplace"
+           f" --ExecutePreprocessor.timeout=300 --KernelManager.transport=ipc --KernelManager.ip={ipc} {A}/{NB}.ipynb")
     return f"""
 import json, os, subprocess
 def sh(cmd):
@@ -264,6 +274,10 @@ def test_a_class_at_once_and_one_memory_hog(tmp_path):
             started, took, out, status = done[u]
             assert status == "ok" and "RC [0, 0, 0]" in out, (u, status, out[-3000:])
             assert clients[u].server().get("ready"), f"{u}'s server stopped"
+        # the servers' kernels (each student's is still running) are on Unix sockets, not TCP ports
+        conns = [json.loads(f.read_text()) for u in students
+                 for f in Path(pwd.getpwnam(u).pw_dir, ".local/share/jupyter/runtime").glob("kernel-*.json")]
+        assert conns and {c["transport"] for c in conns} == {"ipc"}, conns[:2]
         # the hog: its kernel was killed, the hub stopped the rest of its server, and says why
         _, _, out, status = done[hog]
         assert "the hog got everything" not in out, out[-2000:]

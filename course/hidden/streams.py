@@ -252,7 +252,7 @@ def _half_logits(seed, shape, level, spread, kind, dtype):
 
 @register("sinkhorn_half_precision", needs=(SK,))
 class SinkhornHalf:
-    """float16 and bfloat16 logits (float16 up to 1e4 with one column 40 below the rest): the result in logits' dtype, no NaN, within 1e-2 (float16) and 5e-2 (bfloat16) of the float64 reference (arithmetic in float32)"""
+    """float16 and bfloat16 logits (float16 up to 1e4 with one column 40 below the rest): the result in logits' dtype, no NaN, within tol * (1 + |reference|) of the float64 reference, tol 1e-2 (float16) and 5e-2 (bfloat16) (arithmetic in float32)"""
 
     @staticmethod
     def probe(ns):
@@ -446,7 +446,7 @@ MHC_HALF_CASES = ((781, 4, (2, 3, 4, D)), (782, 3, (4, 3, D)))  # seed, n, strea
 
 @register("mhc_half_precision", needs=(MHC,))
 class MHCHalf:
-    """MHCResidual in bfloat16 and float16 (the block and x cast): the output in x's dtype, within 5e-2 (bfloat16) and 1e-2 (float16) of the float64 formula"""
+    """MHCResidual in bfloat16 and float16 (the block and x cast): the output in x's dtype, within tol * (1 + |formula|) of the float64 formula, tol 5e-2 (bfloat16) and 1e-2 (float16)"""
 
     @staticmethod
     def probe(ns):
@@ -527,7 +527,7 @@ DA_HALF_CASES = ((795, 3, (2, 4), 16, 300.0), (796, 4, (3,), 32, 1.0))  # seed, 
 
 @register("depth_attention_half_precision", needs=(DA,))
 class DepthAttentionHalf:
-    """bfloat16 and float16 sources (values near 300, whose squares overflow float16) and query: the result in the sources' dtype, within 1e-2 (float16) and 5e-2 (bfloat16) of the float64 reference (scores and softmax in float32)"""
+    """bfloat16 and float16 sources (values near 300, whose squares overflow float16) and query: the result in the sources' dtype, within tol * (1 + |reference|) of the float64 reference, tol 1e-2 (float16) and 5e-2 (bfloat16) (scores and softmax in float32)"""
 
     @staticmethod
     def probe(ns):

@@ -753,7 +753,8 @@ class StreamsBenchmark:
         tol = 5e-2 if cuda else 1e-4
         close(expect_tensor(out["y"], "the output"), bench_want(kind), atol=tol, rtol=tol, check_dtype=False,
               what="MHCResidual's output on the benchmark's first tokens (its parameters loaded by name, "
-                   "res_logits the log of a doubly stochastic matrix)")
+                   "res_logits the log of a doubly stochastic matrix); start from the first failing test above: "
+                   "mhc_known_mixing names the usual mistakes, one at a time")
         scaling.judge(out["work"], GID, "MHCResidual (forward + backward) or sinkhorn_knopp", LOOP_HINT[GID])
         print(scaling.describe(out["work"]))
         where = ("CUDA, bfloat16, CUDA events" if cuda else "CPU, float32, 1 thread: these are CPU numbers, small "
@@ -772,7 +773,8 @@ class StreamsBenchmark:
         print(f"sinkhorn_knopp(logits, 20) on logits {tuple(logits)}, one (n, n) matrix per token, beside one softmax "
               "of the same logits (a softmax is one row normalization with its exp; Sinkhorn does 20 iterations of "
               "two normalizations, each its own kernels in eager PyTorch, where mHC fuses them into one kernel). "
-              "GB/s counts the logits read and written once")
+              "GB/s counts the logits read and written once; no copy is timed for these small logits, so % of copy "
+              "is left blank")
         print(bench.format_table(bench.summarize(out["sinkhorn"], int(torch.Size(logits).numel()) * elem, None,
                                                  out["device"]), baseline="softmax"))
         _plot_in_notebook(rows, f"{GID} on {out['device']}")
