@@ -181,7 +181,7 @@ def grade_one(entry: Entry, course: Course, limits: Limits, scratch: Path, sandb
         os.close(reply_w)  # only the sandbox holds the write end now: its exit means end-of-file
         box["closed"] = True
         box["tr"] = tr = protocol.converse(proc.stdin, protocol.Channel(reply_r), steps, job,
-                                           step_s=step_s, measure=functools.partial(measure, device=device),
+                                           step_s=step_s, measure=functools.partial(measure, device=device, draw=draw),
                                            referee=functools.partial(referee.run, salt=draw))
         if tr.finished:  # it said bye: it gets a moment to exit (a traced or stuck init never does)
             with contextlib.suppress(subprocess.TimeoutExpired):

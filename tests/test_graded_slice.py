@@ -716,8 +716,8 @@ def test_near_misses_of_the_idioms_are_still_flagged(code, why):
 #: the hostile fixtures (real layout) whose cheat is an alias or another route the review reads by value
 VALUE_CHEATS = ["alias_sys_releases_guards", "alias_getattr_globals", "alias_exec_base64", "reduce_getattr_globals",
                 "modules_in_containers", "alias_torch_internals", "alias_vars_and_import", "alias_enable_grad",
-                "alias_inference_mode"]
-ANSWER_CELL = {"01_layernorm": "layernorm_impl", "05_backward": "rmsnorm_backward_impl"}
+                "alias_inference_mode", "loop_unless_a_dispatch_mode"]
+ANSWER_CELL = {"01_layernorm": "layernorm_impl", "02_rmsnorm": "rmsnorm_impl", "05_backward": "rmsnorm_backward_impl"}
 
 
 def test_a_name_assembled_from_pieces_is_a_computed_name_on_torchs_namespaces_too():

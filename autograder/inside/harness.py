@@ -175,7 +175,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
         from coursekit.bench import bench_config
         from coursekit.checks.served import SERVED, Served
         from coursekit.checks.served import reply as served_reply  # (``reply`` is the reply pipe here)
-        from coursekit.checks.scaling import measure as served_work
+        from coursekit.checks.scaling import Idle, Meter, measure as served_work
         # the device the grader times on (its outside.served_device()); on "cuda" this is where a
         # sandbox that cannot reach the GPU shows, before any student code runs
         cfg = bench_config(job.get("bench_device") or "cpu")
@@ -184,7 +184,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
                                "(instructor: are the NVIDIA device files and driver libraries there?)")
         served = ({gid: Served(s.name, s.assignment, s.build, s.torch_module, s.x, s.torch_name)
                    for gid, s in SERVED.items()}, wire.pack_value, checks.Check, checks.CheckFailed, served_reply, cfg,
-                  served_work)
+                  served_work, Meter, Idle())
     except Exception as e:  # noqa: BLE001 -- no served benchmark: the grader says so
         print(f"harness: no served benchmark ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
         served = None
@@ -367,7 +367,10 @@ def _serve(gid, check, ns, n, lines, send, collect, served, count_seed=None):
 
     Requests arrive as JSON lines on the job pipe: ``{"op": "run", "seed": s, "k": k}`` (build the
     input from ``s``, call the module ``k`` times, each call on the previous call's output, and send
-    the last output: no two calls see the same input, so nothing can be cached), ``{"op": "ping",
+    the last output: no two calls see the same input, so nothing can be cached; with ``"count": i``,
+    the ``i``-th call runs under :class:`coursekit.checks.scaling.Meter`, from the same line as every
+    other call, and its counts go back as ``work``: the grader picks that call from its secret draw
+    and leaves its round out of the times), ``{"op": "ping",
     "seed": s}`` (build the input, send zeros of the output's shape: the pipe's cost),
     ``{"op": "end"}``. Replies are frames on the reply pipe. The grader's clock runs from its request
     to the reply, and it checks every output against torch on the same seed, so nothing here can
@@ -376,7 +379,7 @@ def _serve(gid, check, ns, n, lines, send, collect, served, count_seed=None):
     """
     import torch
 
-    SERVED, pack_value, Check, CheckFailed, reply, cfg, work = served
+    SERVED, pack_value, Check, CheckFailed, reply, cfg, work, Meter, idle = served
     spec = SERVED[gid]
     box = {}
 
@@ -408,14 +411,21 @@ def _serve(gid, check, ns, n, lines, send, collect, served, count_seed=None):
         try:
             seed = int(req["seed"])
             x = spec.x(seed, cfg)
+            meter = None
             if op == "ping":  # the same reply, of zeros: the pipe's cost
                 y = torch.zeros(box["shape"], device=cfg.device, dtype=cfg.dtype)
             else:
-                y = x
+                y, at = x, req.get("count")
+                at = at if type(at) is int else -1
+                meter = Meter() if at >= 0 else None
                 with torch.no_grad():
-                    for _ in range(max(1, int(req.get("k", 1)))):
-                        y = m(y)  # chained: each call's input is the last call's output
-            send(pack_value({"y": reply(y, seed, cfg) if type(y) is torch.Tensor else y}))
+                    for i in range(max(1, int(req.get("k", 1)))):
+                        with meter if i == at else idle:  # the grader's pick is counted, the others not
+                            y = m(y)  # chained: each call's input is the last call's output
+            out = {"y": reply(y, seed, cfg) if type(y) is torch.Tensor else y}
+            if meter is not None:
+                out["work"] = meter.counts
+            send(pack_value(out))
         except BaseException as e:  # noqa: BLE001 -- student code may raise anything
             if isinstance(e, (KeyboardInterrupt, CellTimeout)):
                 raise

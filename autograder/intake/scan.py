@@ -97,6 +97,26 @@ TORCH_INTERNAL_PARTS = frozenset({"_C", "library", "overrides", "_python_dispatc
                                   "fx", "export", "fork", "_fork"})
 
 
+#: what a function that tells whether a torch dispatch or function mode is active is called (a part of its
+#: name: ``_len_torch_dispatch_stack``, ``_get_current_dispatch_mode``, ``is_in_torch_dispatch_mode``,
+#: ``_is_torch_function_mode_enabled``, ``_get_current_function_mode_stack``, ``_dispatch_tls_local_include_set``...).
+#: The served benchmark counts one full-size call's ops under a dispatch mode (coursekit.checks.scaling.Meter):
+#: code that asks is flagged by value, as ``sys.gettrace`` is
+MODE_ASK_PARTS = ("dispatch_stack", "dispatch_mode", "function_mode", "function_stack", "dispatch_tls",
+                  "torch_function_enabled", "torch_function_all_disabled", "dispatch_key_included")
+MODE_ASK = "whether a torch dispatch or function mode is active (the benchmark counts ops with one)"
+
+
+def mode_ask(name: str) -> bool:
+    """Whether ``name`` (the last part of a path under torch) asks about torch's mode stacks."""
+    return any(p in name.lower() for p in MODE_ASK_PARTS)
+
+
+def torch_reason(path: str) -> str:
+    """The review's reason for a path under torch that reaches its internals."""
+    return MODE_ASK if mode_ask(path.split(".")[-1]) else f"torch internals ({path})"
+
+
 def torch_internal(parts) -> bool:
     """Whether a dotted path's parts under ``torch`` reach its internals: a part in
     :data:`TORCH_INTERNAL_PARTS`, or any private part (``_mode_utils``, ``_inductor``,
@@ -336,6 +356,8 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                 if mod[0] in REVIEW_MODULES and n.module not in HARMLESS_MODULES \
                         and not (n.module == "coursekit" and names <= PUBLIC_RUNTIME):
                     flag(st, n, f"imports from {n.module}")
+                elif mod[0] == "torch" and any(mode_ask(a) for a in names):
+                    flag(st, n, f"{MODE_ASK}, imported from {n.module}")
                 elif mod[0] == "torch" and (torch_internal(mod[1:] + sorted(names)) or "DisableTorchFunction" in names):
                     flag(st, n, f"imports torch internals from {n.module}")
             elif isinstance(n, ast.Attribute):
@@ -346,7 +368,7 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                     continue
                 path = dotted(n, paths)
                 if path and path.split(".")[0] == "torch" and torch_internal(path.split(".")[1:]):
-                    flag(st, n, f"torch internals ({path})")
+                    flag(st, n, torch_reason(path))
                     inner |= {id(m) for m in ast.walk(n.value)}
                     continue
                 why = REVIEW_ATTRS.get(n.attr)
@@ -609,7 +631,7 @@ def path_reason(p: str, own_only: bool = False) -> str | None:
             continue
         a = parts[i]
         if parts[0] == "torch" and torch_internal([a]):
-            return f"torch internals ({'.'.join(parts[:i + 1])})"
+            return torch_reason(".".join(parts[:i + 1]))
         if a in MODULE_ATTRS:
             return f"the module {a} reached through another object"
         why = REVIEW_ATTRS.get(a)

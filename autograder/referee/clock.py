@@ -17,10 +17,18 @@ it is :mod:`autograder.referee.protocol`'s. Here, in the grader:
    previous call's output), and the last output is checked against the same chain computed by
    torch's module from that seed: no work can be skipped or cached, and a wrong output fails the
    benchmark;
-3. the result (seconds per call per round, both sides measured here) goes to
-   :func:`coursekit.checks.served.served_report`, which prints it for information: the points come
-   from the count of work the harness took (:mod:`coursekit.checks.scaling`), and from every
-   output being right.
+3. one more exchange, before the round :func:`count_position` picks from this submission's secret
+   draw (or after the last round, when the time budget ends the rounds first): ``run`` with
+   ``"count": i``, a call ``i`` of the chain picked from the draw too; the harness runs that call
+   under the op and line counter (:class:`coursekit.checks.scaling.Meter`), from the same line as
+   every other call, and sends its counts with the output. The output is checked as every round's;
+   the exchange's time is left out of the times. The student's process is told nothing before the
+   request, and every request looks alike from inside the student's calls;
+4. the result (seconds per call per round, both sides measured here, and ``full``: the counts of
+   that one full-size call) goes to :func:`coursekit.checks.served.served_report`, which prints the
+   times for information: the points come from the count of work the harness took
+   (:mod:`coursekit.checks.scaling`: the small inputs, grown, and the full-size call against them),
+   and from every output being right.
 
 Patching the clock, ``torch.cuda.Event`` or ``coursekit.bench`` inside the sandbox changes nothing:
 no time measured there is used.
@@ -34,6 +42,7 @@ well (reported unavailable when it does not compile). The verdict is still yours
 """
 from __future__ import annotations
 
+import hashlib
 import secrets
 import statistics
 import struct
@@ -90,9 +99,20 @@ def _next_k(k: int, t: float, best_per_call: float, kind: str = "cpu") -> int:
     return max(1, min(MAX_K[kind], want))
 
 
-def measure(gid: str, stdin, ch: Channel, device: str | None = None):
+def count_position(draw: int | None, gid: str) -> tuple[int, float]:
+    """(the round before which the full-size call is counted, in ``range(ROUNDS)``; where in that
+    exchange's chain of ``k`` calls, as a fraction in [0, 1)), from this submission's secret draw
+    (:func:`autograder.referee.calls.draw_for`), or from :mod:`secrets` when there is none."""
+    if draw is None:
+        return secrets.randbelow(ROUNDS), secrets.randbits(53) / (1 << 53)
+    h = hashlib.sha256(f"{draw}\x00{gid}\x00full-size count".encode()).digest()
+    return h[0] % ROUNDS, int.from_bytes(h[1:8], "little") / (1 << 56)
+
+
+def measure(gid: str, stdin, ch: Channel, device: str | None = None, draw: int | None = None):
     """One benchmark's rounds (see the module docstring); a dict, or a str saying what failed.
-    ``device``: ``"cpu"`` or ``"cuda"``, the one the harness was told (default :func:`served_device`)."""
+    ``device``: ``"cpu"`` or ``"cuda"``, the one the harness was told (default :func:`served_device`).
+    ``draw``: this submission's secret draw, which picks the call counted at full size."""
     import torch
 
     from coursekit import bench
@@ -133,15 +153,31 @@ def measure(gid: str, stdin, ch: Channel, device: str | None = None):
                 raise Closed(f"no reply within {REPLY_S:g} s") from None
             return time.perf_counter() - t0, rep
 
-        def student(seed, k, want):
-            """``want``: torch's chain of ``k`` calls from ``seed``, as :func:`reply` sends it."""
-            t, rep = ask({"op": "run", "seed": seed, "k": k})
+        def student(seed, k, want, count=None):
+            """``want``: torch's chain of ``k`` calls from ``seed``, as :func:`reply` sends it;
+            ``count``: the call of the chain the harness counts (its counts are kept in ``full``)."""
+            t, rep = ask({"op": "run", "seed": seed, "k": k, **({} if count is None else {"count": count})})
             if not isinstance(rep, dict) or "y" not in rep:
                 err = rep.get("error") if isinstance(rep, dict) else None
                 raise CheckFailed(f"your {spec.name} raised {err}" if err else "no output came back")
             expect_reply_close(rep["y"], reply(want, seed, cfg),
                                f"{spec.name} on the benchmark's input (a fresh random input each round)", kind)
+            if count is not None:
+                w = rep.get("work")
+                full.update({k_: w[k_] for k_ in ("ops", "lines") if k_ in w} if isinstance(w, dict) else {})
             return t
+
+        full = {}  # the counts of one full-size call (count_position), judged by scaling.judge_full
+        at_round, at_call = count_position(draw, gid)
+
+        def count_one():
+            """The full-size call's count: one exchange like a round's, its time not kept."""
+            seed = secrets.randbits(31)
+            x = spec.x(seed, cfg)
+            k = ks[-1]
+            call = min(k - 1, int(at_call * k))
+            full.update(shape=list(x.shape), k=k, call=call)
+            student(seed, k, _local(mods["torch"], x, k)[1], call)
 
         try:
             # the pipe's cost: measured, and capped by what the same work costs here
@@ -188,6 +224,8 @@ def measure(gid: str, stdin, ch: Channel, device: str | None = None):
                 for r in range(n):
                     if len(times["yours"]) >= 3 and time.monotonic() - t_start > BUDGET_S:
                         return
+                    if r == at_round and not full:
+                        count_one()
                     seed = secrets.randbits(31)
                     x = spec.x(seed, cfg)
                     order = ["yours", *mods] if r % 2 else [*mods, "yours"]
@@ -202,10 +240,12 @@ def measure(gid: str, stdin, ch: Channel, device: str | None = None):
                             times[name].append(_local(mods[name], x, k_local[name])[0])
 
             rounds(ROUNDS)
+            if not full:  # the budget ended the rounds before the picked one
+                count_one()
             copy = bench.copy_time(x, repeat=5)
         except CheckFailed as e:
             return str(e)
     return {"grade_id": gid, "times": times, "bytes": x.numel() * x.element_size(), "copy": copy,
             "allowance": allowance, "ping_s": statistics.median(pings), "k": ks[-1], "k_torch": k_local["torch"],
             "rounds": len(times["yours"]), "device_type": kind, "device": cfg.label, "dtype": str(cfg.dtype)[6:],
-            "unavailable": unavailable}
+            "unavailable": unavailable, "full": full}

@@ -29,6 +29,12 @@ weights (:func:`expected`), so a count stands only for code that computed the ri
 constant-work shortcut that returns something else, or an answer looked up from a table made in
 advance, fails here).
 
+Small inputs can be recognised by their size: code vectorized up to a few thousand numbers and looping
+above passes every count above. The course grader therefore also counts one of its own timed calls
+at full size (:class:`Meter`, in the harness's ``_serve``, at a call the grader picks from its secret
+draw) and :func:`judge_full` compares it with the small counts: at most :func:`full_allowed` of the
+largest. The notebook's own check has no grader and no full-size count.
+
 What is not counted: work in threads or processes the code starts (the grader's observers see
 those start), and a loop run entirely inside C code that dispatches no torch op per item.
 """
@@ -61,7 +67,50 @@ class _OpCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-_OWN = frozenset({_OpCount.__torch_dispatch__.__code__})  # frames whose lines are the counter's, not the work's
+class Meter:
+    """Counts the work of what runs while it is entered: ``ops`` (torch ops dispatched) and ``lines``
+    (Python lines run, in every frame opened meanwhile), the same two numbers for the counted calls
+    of :func:`work` and for the grader-timed call at full size (``autograder/inside/harness.py``,
+    ``_serve``). ``counts`` after it is left."""
+
+    def __init__(self):
+        self.counter, self.lines, self.before = _OpCount(), [0], None
+
+    def _trace(self, frame, event, arg):
+        if frame.f_code in _OWN:
+            return None
+        if event == "line":
+            self.lines[0] += 1
+        return self._trace
+
+    def __enter__(self):
+        self.before = _gettrace()
+        self.counter.__enter__()
+        _settrace(self._trace)
+        return self
+
+    def __exit__(self, *exc):
+        _settrace(self.before)
+        self.counter.__exit__(*exc)
+        return False
+
+    @property
+    def counts(self) -> dict:
+        return {"ops": self.counter.n, "lines": self.lines[0]}
+
+
+class Idle:
+    """What the harness enters around a timed call that is not counted (the counted one: :class:`Meter`)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_OWN = frozenset({_OpCount.__torch_dispatch__.__code__, Meter._trace.__code__, Meter.__exit__.__code__,
+                  Idle.__exit__.__code__})  # frames whose lines are the counter's, not the work's
 
 
 def work(call, warm: tuple, counted: tuple) -> tuple[dict, object]:
@@ -70,24 +119,9 @@ def work(call, warm: tuple, counted: tuple) -> tuple[dict, object]:
     different values."""
     with _OpCount():  # the warm-up under the counter too: torch imports some of its machinery lazily
         call(*warm)
-    counter = _OpCount()
-    lines = [0]
-
-    def trace(frame, event, arg):
-        if frame.f_code in _OWN:
-            return None
-        if event == "line":
-            lines[0] += 1
-        return trace
-
-    before = _gettrace()
-    with counter:
-        _settrace(trace)
-        try:
-            out = call(*counted)
-        finally:
-            _settrace(before)
-    return {"ops": counter.n, "lines": lines[0]}, out
+    with Meter() as meter:
+        out = call(*counted)
+    return meter.counts, out
 
 
 def _x(shape, seed):
@@ -344,11 +378,66 @@ def judge(rec, gid: str, what: str, hint: str) -> None:
                 "once per item.")
 
 
-def describe(rec) -> str:
-    """One line for the feedback: the counts per dimension."""
+#: the full-size call may dispatch this many more torch ops than the largest counted small call, or a
+#: quarter of that call's count if more (:func:`full_allowed`): the wrapping of the timed call (its input
+#: chained, no ``torch.no_grad`` inside it) and a dtype or layout step taken only when needed (a cast of
+#: bfloat16 on a GPU, a ``.contiguous()``) differ by a few ops; a loop over the full input's rows or
+#: tokens (hundreds or thousands of them) adds far more
+FULL_SLACK = 16
+#: Python lines one more op may cost under the counter (torch's dispatch machinery runs about 20 per op
+#: in Python while a dispatch mode is on): the lines' slack is ``FULL_SLACK`` ops' worth of them
+LINES_PER_OP = 32
+
+
+def full_allowed(small: int, what: str = "ops") -> int:
+    """The most ``what`` (``"ops"`` or ``"lines"``) one full-size call may count, for a largest small
+    count ``small``."""
+    return small + max(FULL_SLACK * (LINES_PER_OP if what == "lines" else 1), small // 4)
+
+
+def judge_full(full, rec, gid: str, what: str, hint: str) -> None:
+    """Raise :class:`CheckFailed` when one grader-timed call at full size did more work than the
+    counted small calls allow (:func:`full_allowed`). ``full``: ``{"ops", "lines", "shape"}``, counted
+    by the harness around one call the grader picked among its timed calls
+    (``autograder/referee/clock.py``); ``rec``: :func:`measure`'s record, already passed by
+    :func:`judge`. Code that switches to a loop above the counted sizes is caught here: its small
+    calls count flat, its full-size call does not."""
+    if not (isinstance(full, dict) and all(type(full.get(k)) is int and full[k] >= 0 for k in ("ops", "lines"))
+            and isinstance(full.get("shape"), list) and all(type(n) is int for n in full["shape"])):
+        raise CheckFailed("the count of your code's work on one full-size call of the benchmark is missing or malformed")
+    sides = [(e[key], i, side) for i, e in enumerate(rec) for side, key in enumerate(("at_n0", "at_n1"))]
+    for k, unit in (("ops", "torch ops"), ("lines", "Python lines")):
+        c, i, side = max(sides, key=lambda t: t[0][k])
+        if full[k] > full_allowed(c[k], k):
+            dim, n = GROWTH[gid][i][0], GROWTH[gid][i][1 + side]
+            raise CheckFailed(
+                f"your {what} does more work per call on the benchmark's full-size input than on the counted "
+                f"small ones: one grader-timed call on the full input ({'x'.join(map(str, full['shape']))}, "
+                f"{prod(full['shape'])} numbers) ran {full['lines']} Python lines and {full['ops']} torch ops, the "
+                f"counted call with {n} {dim} ({_numbers(gid, i, side)} numbers) {c['lines']} lines and {c['ops']} "
+                f"ops, and at most {full_allowed(c[k], k)} {unit} are allowed: the work of a full-size call grew. "
+                f"Vectorized code runs the same lines and ops whatever the size. {hint[:1].upper() + hint[1:]}.")
+
+
+def _numbers(gid: str, entry: int, side: int) -> int:
+    """How many numbers the first counted input of ``entry`` holds on ``side`` (0: n0, 1: n1)."""
+    return GROWTH[gid][entry][3 + side].inputs(0)[0].numel()
+
+
+def prod(shape) -> int:
+    out = 1
+    for n in shape:
+        out *= n
+    return out
+
+
+def describe(rec, full=None) -> str:
+    """One line for the feedback: the counts per dimension (and of the full-size call, when given)."""
     try:
         return "work per call, counted (the verdict): " + "; ".join(
             f"{e['dim']} {e['n0']} -> {e['n1']}: {e['at_n0']['lines']} -> {e['at_n1']['lines']} Python lines, "
-            f"{e['at_n0']['ops']} -> {e['at_n1']['ops']} torch ops" for e in rec)
+            f"{e['at_n0']['ops']} -> {e['at_n1']['ops']} torch ops" for e in rec) + (
+            "" if full is None else f"; one grader-timed call on the full input ({'x'.join(map(str, full['shape']))}): "
+            f"{full['lines']} Python lines, {full['ops']} torch ops")
     except (KeyError, TypeError):
         return "work per call: not counted"

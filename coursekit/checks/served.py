@@ -8,7 +8,9 @@ the last output back. The grader holds the clock, checks every output against to
 the same seed, and times torch's module in its own process (``autograder/referee/clock.py``);
 :func:`served_report` prints those numbers for information, and judges the count of work the harness
 took when it built the module (:mod:`coursekit.checks.scaling`), as the notebook's benchmark does
-(:mod:`coursekit.checks.benchmark`). Nothing here is used by the in-notebook benchmark
+(:mod:`coursekit.checks.benchmark`), and the count of one of the timed calls at full size, picked by
+the grader from its secret draw: it may not exceed the small calls' count by more than a little
+(:func:`coursekit.checks.scaling.judge_full`), so code that loops only above the counted sizes fails. Nothing here is used by the in-notebook benchmark
 (stock nbgrader, the self-check).
 
 Device: the grader picks it (:func:`coursekit.bench.default_device`, the one place) and tells the
@@ -177,14 +179,17 @@ def served_report(out: dict, work) -> None:
 
     ``out``: grade_id, times ({"yours": [...], "torch": [...], maybe "course solution" and
     "torch.compile"}, seconds per call per round, measured by the grader), bytes, copy, rounds,
-    allowance; and where it ran: device_type ("cpu" when absent), device, dtype, unavailable
-    (column -> why it could not be timed). ``work``: :func:`coursekit.checks.scaling.measure`'s
-    counts, taken by the harness when it built the module; they alone decide the points.
+    allowance; full (the work of one of the timed calls at full size, ``{"ops", "lines", "shape"}``,
+    counted by the harness around the call the grader picked: :func:`coursekit.checks.scaling.judge_full`);
+    and where it ran: device_type ("cpu" when absent), device, dtype, unavailable (column -> why it
+    could not be timed). ``work``: :func:`coursekit.checks.scaling.measure`'s counts, taken by the
+    harness when it built the module; with ``full`` they alone decide the points.
     """
     gid = out["grade_id"]
     spec = SERVED[gid]
     scaling.judge(work, gid, spec.name, LOOP_HINT[gid])
-    print(scaling.describe(work))
+    scaling.judge_full(out.get("full"), work, gid, spec.name, LOOP_HINT[gid])
+    print(scaling.describe(work, out["full"]))
     kind = out.get("device_type", "cpu")
     label = out.get("device", "cpu")
     rows = bench.summarize(out["times"], out["bytes"], out["copy"], label)

@@ -1,0 +1,269 @@
+"""The served benchmark counts one of its own timed calls at full size (coursekit.checks.scaling.judge_full).
+
+The small counted calls hold at most 2048 numbers; code that is vectorized there and loops above
+kept the benchmark's points. The grader now has the harness count the work of one call of its
+timed chain at full size, from the same line as every other call, at a round and call picked from
+its secret draw (autograder.referee.clock.count_position), and judges it against the small counts:
+at most :func:`scaling.full_allowed` of the largest. Honest code (the course's solutions, the right
+fixtures) passes on any seed; the size-switching loop fails, naming the sizes and counts. Asking
+whether a dispatch or function mode is active is flagged by the review (autograder.intake.scan).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder.intake import scan
+from autograder.referee import clock
+from coursekit import bench
+from coursekit.checks import CheckFailed, scaling
+from coursekit.checks.benchmark import LOOP_HINT
+from coursekit.checks.served import SERVED
+from course.release import ROOT
+from notebook_ns import code_ns
+from test_graded_slice import review
+
+FIXTURES = ROOT / "tests" / "fixtures"
+CPU = bench.bench_config("cpu")
+
+
+def full_count(gid: str, ns: dict, seed: int) -> dict:
+    """What the harness's ``_serve`` counts: one chained call of the built module on the full input,
+    under :class:`scaling.Meter`, after the calls before it (not counted)."""
+    spec = SERVED[gid]
+    m = spec.build(ns, CPU)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            y = m(spec.x(seed, CPU))
+            y = m(y)
+            with scaling.Meter() as meter:
+                m(y)
+    finally:
+        torch.set_num_threads(threads)
+    return dict(meter.counts, shape=list(spec.x(seed, CPU).shape))
+
+
+def verdict(gid: str, ns: dict, seed: int) -> None:
+    """The served benchmark's verdict on the counts alone (raises CheckFailed)."""
+    rec = scaling.measure(gid, ns, seed)
+    scaling.judge(rec, gid, SERVED[gid].name, LOOP_HINT[gid])
+    scaling.judge_full(full_count(gid, ns, seed), rec, gid, SERVED[gid].name, LOOP_HINT[gid])
+
+
+def fixture_ns(path: Path) -> dict:
+    code = path.read_text()
+    doc = ast.get_docstring(ast.parse(code)) or ""
+    assignment = next(l.split(":", 1)[1].strip() for l in doc.splitlines() if l.startswith("assignment:"))
+    return code_ns(assignment, code, path.name)
+
+
+BENCHMARKED = {"01_layernorm": "layernorm_benchmark", "02_rmsnorm": "rmsnorm_benchmark",
+               "03_residual": "residual_benchmark", "04_transformer_block": "transformer_block_benchmark",
+               "05_backward": "backward_benchmark", "06_streams": "streams_benchmark"}
+
+
+@pytest.mark.parametrize("assignment", sorted(BENCHMARKED))
+def test_the_course_solution_passes_the_full_size_count_on_any_seed(assignment):
+    from course.solutions import load_reference
+    ns = load_reference(assignment)
+    for seed in (scaling.DEFAULT_SEED, 424242, 98765):
+        verdict(BENCHMARKED[assignment], ns, seed)
+
+
+def _plain_python(p: Path) -> bool:
+    try:
+        ast.parse(p.read_text())
+        return True
+    except SyntaxError:  # IPython magics: graded through the real grader (test_grading_verdicts)
+        return False
+
+
+RIGHT_NORMS = [p for a in ("01_layernorm", "02_rmsnorm") for p in sorted((FIXTURES / "right" / a).glob("*.py"))
+               if _plain_python(p)]
+
+
+@pytest.mark.parametrize("path", RIGHT_NORMS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_honest_but_unusual_norms_pass_the_full_size_count(path):
+    ns = code_ns(path.parent.name, path.read_text(), path.name)
+    verdict(BENCHMARKED[path.parent.name], ns, 31337)
+
+
+def test_a_step_only_when_needed_stays_within_the_allowance():
+    """A ``.contiguous()`` (and a cast) only for inputs that need it: at most a few ops and lines
+    more at full size than on the small inputs, well inside :func:`scaling.full_allowed`."""
+    from torch import nn
+
+    class RMSNorm(nn.Module):
+        def __init__(self, d, eps=1e-6):
+            super().__init__()
+            self.eps, self.weight = eps, nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            if x.numel() > 2048:  # big inputs: make sure of the layout and the precision first
+                x = x.contiguous()
+                x = x.double().float()
+                x = x.view(x.shape)
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+    verdict("rmsnorm_benchmark", {"RMSNorm": RMSNorm}, 5)
+
+
+def test_a_loop_above_the_counted_sizes_passes_the_small_counts_and_fails_at_full_size():
+    ns = fixture_ns(FIXTURES / "hostile" / "loop_above_2048_numbers.py")
+    gid = "rmsnorm_benchmark"
+    for seed in (scaling.DEFAULT_SEED, 424242):
+        rec = scaling.measure(gid, ns, seed)
+        scaling.judge(rec, gid, "RMSNorm", LOOP_HINT[gid])  # every small call: vectorized, flat counts
+        full = full_count(gid, ns, seed)
+        with pytest.raises(CheckFailed) as e:
+            scaling.judge_full(full, rec, gid, "RMSNorm", LOOP_HINT[gid])
+        msg = str(e.value)
+        assert "work of a full-size call grew" in msg and "4x256x128, 131072 numbers" in msg, msg
+        assert f"{full['ops']} torch ops" in msg and " rows (" in msg and "7 ops" in msg, msg
+
+
+def test_a_missing_or_malformed_full_size_count_fails():
+    gid = "rmsnorm_benchmark"
+    from course.solutions import load_reference
+    rec = scaling.measure(gid, load_reference("02_rmsnorm"), 3)
+    for bad in (None, {}, {"ops": 7, "lines": "many", "shape": [4]}, {"ops": -1, "lines": 3, "shape": [4]},
+                {"ops": 7, "lines": 200}):
+        with pytest.raises(CheckFailed, match="full-size call of the benchmark is missing or malformed"):
+            scaling.judge_full(bad, rec, gid, "RMSNorm", "hint")
+
+
+def test_the_allowance():
+    assert scaling.full_allowed(7) == 7 + scaling.FULL_SLACK
+    assert scaling.full_allowed(800) == 1000  # a quarter of a large count
+    assert scaling.full_allowed(200, "lines") == 200 + scaling.FULL_SLACK * scaling.LINES_PER_OP
+    # a loop over the full input's rows (1024 on the CPU, two ops each at least) is far past it
+    assert scaling.full_allowed(7) < 1024 and scaling.full_allowed(214, "lines") < 2 * 1024
+
+
+def test_the_counted_call_is_picked_from_the_draw():
+    picks = {clock.count_position(d, "rmsnorm_benchmark") for d in range(200)}
+    assert all(0 <= r < clock.ROUNDS and 0 <= f < 1 for r, f in picks)
+    assert len({r for r, _ in picks}) == clock.ROUNDS  # every round can be the one
+    assert clock.count_position(5, "rmsnorm_benchmark") == clock.count_position(5, "rmsnorm_benchmark")
+    assert clock.count_position(5, "rmsnorm_benchmark") != clock.count_position(5, "layernorm_benchmark")
+    # the harness's step carries the count's seed, never which timed call is counted
+    from autograder.grade import _test_step
+    st = _test_step({"kind": "test", "grade_id": "rmsnorm_benchmark", "index": 7}, 5)
+    assert st["served"] is True and not {"count", "count_round", "count_at"} & set(st), st
+
+
+def test_the_harness_counts_the_picked_call_from_the_timing_line():
+    """``_serve`` (autograder/inside/harness.py) with the grader's requests on a fake pipe: a ``run``
+    with ``count`` sends the counts of that call, and the count equals :class:`scaling.Meter`'s on
+    the same chain; a plain ``run`` sends none."""
+    import importlib.util
+
+    import coursekit.checks as checks
+    from coursekit.checks import wire
+    from coursekit.checks.served import Served, reply
+
+    spec_ = importlib.util.spec_from_file_location("harness_under_test", ROOT / "autograder" / "inside" / "harness.py")
+    harness = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(harness)
+    checks.load_all()
+    from course.solutions import load_reference
+    ns = load_reference("02_rmsnorm")
+    gid = "rmsnorm_benchmark"
+    served = ({g: Served(s.name, s.assignment, s.build, s.torch_module, s.x, s.torch_name) for g, s in SERVED.items()},
+              wire.pack_value, checks.Check, CheckFailed, reply, CPU, scaling.measure, scaling.Meter, scaling.Idle())
+
+    class Pipe:
+        def __init__(self, reqs):
+            self.reqs = list(reqs)
+
+        def next(self):
+            return self.reqs.pop(0) if self.reqs else None
+
+    frames = []
+    reqs = [{"op": "run", "seed": 3, "k": 2}, {"op": "run", "seed": 4, "k": 3, "count": 1}, {"op": "end"}]
+    threads = torch.get_num_threads()  # _serve times on one thread
+    try:
+        rec = harness._serve(gid, checks.REGISTRY[gid], ns, 0, Pipe(reqs), frames.append, checks.collect, served, 7)
+    finally:
+        torch.set_num_threads(threads)
+    assert rec["ok"], rec
+
+    def decode(f):
+        nh, nb = wire.frame_sizes(f[:8])
+        return wire.unpack_value(f[8:8 + nh], f[8 + nh:8 + nh + nb])
+    plain, counted = decode(frames[1]), decode(frames[2])
+    assert "work" not in plain and "y" in plain
+    assert set(counted["work"]) == {"ops", "lines"} and counted["work"]["ops"] == 7, counted["work"]
+
+
+def test_asking_whether_a_mode_is_active_is_flagged_by_value():
+    """Like sys.gettrace: every spelling and alias of torch's mode-stack questions is named."""
+    for code in ("n = torch._C._len_torch_dispatch_stack()\n",
+                 "f = torch._C._len_torch_dispatch_stack\nif f(): pass\n",
+                 "from torch.utils._python_dispatch import _get_current_dispatch_mode as m\nx = m()\n",
+                 "import torch.utils._python_dispatch as pd\nx = pd._get_current_dispatch_mode_stack()\n",
+                 "x = torch._C._is_torch_function_mode_enabled()\n",
+                 "x = torch.overrides._get_current_function_mode_stack()\n",
+                 "g = getattr(torch._C, '_len_torch_function_stack')\nx = g()\n",
+                 "x = torch.utils._python_dispatch.is_in_torch_dispatch_mode()\n"):
+        found = review([code])
+        assert any(r.startswith(scan.MODE_ASK) for r in found), (code, found)
+    assert review(["x = torch.zeros(3).contiguous()\n"]) == []
+
+
+# -- through the real grader: the fixtures as students hand them in ------------------------------
+
+GRADED = {"02_rmsnorm": ("solution", "hostile-loop_above_2048_numbers", "hostile-loop_unless_a_dispatch_mode",
+                         "hostile-loop_unless_traced", "right-scratch_assert_nn_rmsnorm", "right-warns_on_integer_input"),
+          "01_layernorm": ("solution", "hostile-table_of_counted_outputs", "right-compiled_forward")}
+
+
+@pytest.mark.autograder
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", sorted(GRADED))
+def test_the_fixtures_through_the_real_grader(tmp_path, assignment):
+    """``python -m autograder grade`` on a class of the new fixtures and their neighbours: the loop
+    above 2048 numbers loses exactly the benchmark, unflagged; the loop unless a dispatch mode is
+    active is flagged naming the line; the loop unless traced is flagged as before; the table of
+    counted outputs still loses the benchmark; honest work keeps full marks, unflagged."""
+    import csv
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from course.release import venv_env
+    from tools.fixture_class import build
+
+    cases = {c.student: c for c in build(tmp_path / "submitted", assignment=assignment,
+                                         kinds=("solution", "hostile", "right"))}
+    for d in (tmp_path / "submitted").iterdir():
+        if d.name not in GRADED[assignment]:
+            shutil.rmtree(d)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp_path / "submitted"), "--out", str(out),
+                           "--jobs", "2", "--no-progress"], capture_output=True, text=True,
+                          env=dict(venv_env(), OMP_NUM_THREADS="1"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["student_id"]: r for r in csv.DictReader(open(out / "grades.csv"))}
+    results = {r["student_id"]: r for r in json.loads((out / "results.json").read_text())}
+    full = float(rows["solution"]["max_score"])
+    for sid in GRADED[assignment]:
+        row, c = rows[sid], cases[sid]
+        lost = sorted(t["grade_id"] for t in results[sid]["tests"] if not t["passed"])
+        print(sid, row["score"], "/", row["max_score"], "lost:", lost, "review:", row["review"] or "(none)")
+        if c.kind in ("solution", "right"):
+            assert float(row["score"]) == full and row["review"] == "", (sid, row)
+        elif c.review:
+            assert c.review in row["review"] and ", line " in row["review"], (sid, row["review"])
+        else:
+            assert lost == sorted(c.loses) and row["review"] == "", (sid, lost, row["review"])
+    if assignment == "02_rmsnorm":
+        bench = next(t for t in results["hostile-loop_above_2048_numbers"]["tests"] if t["grade_id"] == "rmsnorm_benchmark")
+        assert "the work of a full-size call grew" in bench["message"] and "4x256x128" in bench["message"], bench
+        ok = next(t for t in results["solution"]["tests"] if t["grade_id"] == "rmsnorm_benchmark")
+        assert "one grader-timed call on the full input (4x256x128)" in ok["detail"]["report"], ok["detail"]
