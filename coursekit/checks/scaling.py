@@ -434,7 +434,7 @@ def prod(shape) -> int:
 def describe(rec, full=None) -> str:
     """One line for the feedback: the counts per dimension (and of the full-size call, when given)."""
     try:
-        return "work per call, counted (the verdict): " + "; ".join(
+        return "work per call, counted (the verdict; Python lines include torch's own Python code): " + "; ".join(
             f"{e['dim']} {e['n0']} -> {e['n1']}: {e['at_n0']['lines']} -> {e['at_n1']['lines']} Python lines, "
             f"{e['at_n0']['ops']} -> {e['at_n1']['ops']} torch ops" for e in rec) + (
             "" if full is None else f"; one grader-timed call on the full input ({'x'.join(map(str, full['shape']))}): "
