@@ -124,7 +124,7 @@ def test_batchnorm_batch_of_two_gives_plus_minus_d_over_sqrt_d2_plus_eps():
 # --- dtype limits and thresholds (chapters 01, 07, 08) ------------------------------------------
 
 def test_float16_largest_finite_is_65504():
-    """Chapter 07: float16 overflows above 65504."""
+    """Chapters 03, 07: float16 overflows above 65504."""
     assert torch.finfo(torch.float16).max == 65504.0
 
 
@@ -234,6 +234,70 @@ def test_layer_norm_on_float16_is_accurate_beyond_the_overflow_threshold():
     assert out.dtype == torch.float16
     ref = F.layer_norm(x.double(), (512,))
     assert (out.double() - ref).abs().max().item() < 0.01
+
+
+def test_bfloat16_has_float32_range_and_fewer_significant_digits_than_float16():
+    """Chapter 03: bfloat16's largest value is about float32's (3.39e38 against 3.40e38); finfo's
+    resolution gives about 2 significant decimal digits for bfloat16, 3 for float16."""
+    assert f"{torch.finfo(torch.bfloat16).max:.3g}" == "3.39e+38"
+    assert f"{torch.finfo(torch.float32).max:.3g}" == "3.4e+38"
+    assert torch.finfo(torch.float16).resolution == pytest.approx(1e-3)
+    assert torch.finfo(torch.bfloat16).resolution == pytest.approx(1e-2)
+
+
+def _rows_of_std_300():
+    """Chapter 03's rows: standard deviation 300, like exercise 01's half-precision tests."""
+    return 300 * torch.randn(4, 256, generator=torch.Generator().manual_seed(0))
+
+
+def _normalize_with_statistics_in(x: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
+    h = x.to(compute)
+    mu = h.mean(-1, keepdim=True)
+    var = ((h - mu) ** 2).mean(-1, keepdim=True)
+    return ((h - mu) / torch.sqrt(var + 1e-5)).to(x.dtype)
+
+
+def test_float16_layernorm_of_values_near_300_overflows_to_a_variance_of_inf_and_outputs_zeros():
+    """Chapter 03: (x - mu)^2 of values near 300 overflows float16, the variance is inf and every
+    output is (signed) zero, without NaN or an error."""
+    assert torch.isinf(torch.tensor(300.0, dtype=torch.float16) ** 2)
+    x = _rows_of_std_300().half()
+    mu = x.mean(-1, keepdim=True)
+    assert torch.isinf((x - mu) ** 2).any()
+    assert torch.isinf(((x - mu) ** 2).mean(-1)).all()
+    y = _normalize_with_statistics_in(x, torch.float16)
+    assert (y == 0).all() and not torch.isnan(y).any()
+
+
+@pytest.mark.parametrize("dtype, bound", [(torch.float16, 2e-3), (torch.bfloat16, 1e-2)])
+def test_layernorm_with_float32_statistics_cast_back_is_accurate_for_16_bit_inputs(dtype, bound):
+    """Chapter 03: with the statistics in float32 and the result cast back, the error against
+    float64 is that of rounding the output (below 2e-3 for float16, 1e-2 for bfloat16)."""
+    x = _rows_of_std_300().to(dtype)
+    exact = F.layer_norm(x.double(), (256,))
+    y = _normalize_with_statistics_in(x, torch.float32)
+    assert y.dtype == dtype
+    assert (y.double() - exact).abs().max().item() < bound
+
+
+def test_bfloat16_statistics_do_not_overflow_but_are_less_accurate_than_float32_ones():
+    """Chapter 03: computed in bfloat16 the variance of these rows is finite, and the error is
+    larger than with float32 statistics."""
+    x = _rows_of_std_300().bfloat16()
+    exact = F.layer_norm(x.double(), (256,))
+    err16 = (_normalize_with_statistics_in(x, torch.bfloat16).double() - exact).abs().max().item()
+    err32 = (_normalize_with_statistics_in(x, torch.float32).double() - exact).abs().max().item()
+    assert math.isfinite(err16) and err16 > 2 * err32
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_layer_norm_on_16_bit_input_equals_layer_norm_in_float32_cast_back(dtype):
+    """Chapter 03: F.layer_norm on a float16 or bfloat16 input returns that dtype, bit for bit the
+    result of the same call in float32 cast back."""
+    x = _rows_of_std_300().to(dtype)
+    out = F.layer_norm(x, (256,))
+    assert out.dtype == dtype
+    assert torch.equal(out, F.layer_norm(x.float(), (256,)).to(dtype))
 
 
 def test_cpu_autocast_bfloat16_runs_linear_and_layer_norm_in_bfloat16():
