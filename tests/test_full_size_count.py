@@ -215,11 +215,62 @@ def test_asking_whether_a_mode_is_active_is_flagged_by_value():
     assert review(["x = torch.zeros(3).contiguous()\n"]) == []
 
 
+@pytest.mark.parametrize("name,gid", [("loop_padded_to_a_constant_length.py", "rmsnorm_benchmark"),
+                                      ("loop_padded_on_small_inputs.py", "layernorm_benchmark")])
+def test_a_loop_padded_to_one_length_passes_growth_and_fails_the_ceiling(name, gid):
+    """The sixth red team's loop: padded with dummy items to 1100 at every counted size, its counts do
+    not grow and the full-size call fits their allowance; the ceiling (eight times the course
+    solution's count plus 64 ops) fails it on the small calls, naming both counts."""
+    ns = fixture_ns(FIXTURES / "hostile" / name)
+    rec = scaling.measure(gid, ns, 7)
+    e0 = rec[0]
+    assert e0["at_n0"]["ops"] >= 1000 and e0["at_n1"]["ops"] - e0["at_n0"]["ops"] < (e0["n1"] - e0["n0"]) / 2, e0
+    scaling.judge_full(full_count(gid, ns, 7), rec, gid, "norm", LOOP_HINT[gid])  # the allowance alone passes it
+    with pytest.raises(CheckFailed) as e:
+        scaling.judge(rec, gid, "norm", LOOP_HINT[gid])
+    assert "far more work per call than vectorized code needs" in str(e.value) and "the course's solution" in str(e.value)
+
+
+@pytest.mark.parametrize("gid", sorted(scaling.GROWTH))
+def test_the_ceiling_is_set_by_the_course_solution_on_every_counted_call(gid):
+    """Every counted call has a solution count, and the solution sits far below its ceiling (the
+    solution itself passing is test_the_course_solution_passes_the_full_size_count_on_any_seed)."""
+    for i in range(len(scaling.GROWTH[gid])):
+        for side in (0, 1):
+            sol = scaling.solution_counts(gid, i, side)
+            assert sol and scaling.ceiling(sol, "ops") == 8 * sol["ops"] + 64, (gid, i, side, sol)
+
+
+def test_reading_a_traceback_or_logging_one_is_flagged_by_value():
+    """An error raised in a torch kernel comes back through the op counter's frames: every way the
+    red team read them, and their neighbours, is named; plain error handling is not."""
+    cases = {
+        "try:\n    x = 1\nexcept RuntimeError as e:\n    tb = e.__traceback__\n": "an exception's traceback",
+        "def f(tb):\n    return tb.tb_next\n": "a traceback's frames",
+        "import sys\ninfo = sys.exc_info()\n": "the current exception's traceback",
+        "import sys\nfrom sys import exc_info as ei\ninfo = ei()\n": "the current exception's traceback",
+        "import sys\ne = sys.exception()\n": "the current exception",
+        "import logging\nt = logging.Formatter().formatException(None)\n": "an exception's traceback as text",
+        "import logging\nlogging.getLogger('x').error('m', exc_info=True)\n": scan.STACK_AS_TEXT,
+        "import logging\nlogging.getLogger('x').info('m', stack_info=True)\n": scan.STACK_AS_TEXT,
+    }
+    for code, reason in cases.items():
+        found = review([code])
+        assert any(reason in r for r in found), (code, found)
+    for honest in ("try:\n    y = 1 / 0\nexcept ZeroDivisionError:\n    y = 0.0\n",
+                   "import logging\nlogging.getLogger('x').info('m', exc_info=False)\n"):
+        assert review([honest]) == [], (honest, review([honest]))
+
+
 # -- through the real grader: the fixtures as students hand them in ------------------------------
 
 GRADED = {"02_rmsnorm": ("solution", "hostile-loop_above_2048_numbers", "hostile-loop_unless_a_dispatch_mode",
-                         "hostile-loop_unless_traced", "right-scratch_assert_nn_rmsnorm", "right-warns_on_integer_input"),
-          "01_layernorm": ("solution", "hostile-table_of_counted_outputs", "right-compiled_forward")}
+                         "hostile-loop_unless_traced", "hostile-loop_padded_to_a_constant_length",
+                         "hostile-loop_unless_a_traceback_is_deep", "hostile-loop_unless_logging_names_the_counter",
+                         "hostile-loop_unless_a_log_record_names_the_counter",
+                         "right-scratch_assert_nn_rmsnorm", "right-warns_on_integer_input"),
+          "01_layernorm": ("solution", "hostile-table_of_counted_outputs", "hostile-loop_padded_on_small_inputs",
+                           "right-compiled_forward")}
 
 
 @pytest.mark.autograder

@@ -85,6 +85,14 @@ REVIEW_ATTRS = {
     "getprofile": "whether the code is being profiled", "addaudithook": "audit hooks", "attrgetter": "a lookup by a computed name",
     "findCaller": "who called the code (a log record's caller)", "currentframe": "the interpreter's frames",
     "methodcaller": "a call by a computed name",
+    # an exception's traceback lists the frames it passed through, and under the benchmark's op counter
+    # an error raised in a torch kernel passes through the counter's frames (the sixth red team's
+    # route: a loop everywhere but where its own probe error's traceback is deeper)
+    "__traceback__": "an exception's traceback (the frames it passed through)",
+    "tb_next": "a traceback's frames", "tb_lineno": "a traceback's frames", "tb_lasti": "a traceback's frames",
+    "exc_info": "the current exception's traceback", "exception": "the current exception (and its traceback)",
+    "formatException": "an exception's traceback as text", "formatStack": "the call stack as text",
+    "_current_frames": "the interpreter's frames",
 }
 #: attributes of torch that only count under torch (``torch.ops``, ``torch.library``)
 TORCH_ONLY_ATTRS = frozenset({"library", "overrides", "_modules", "multiprocessing"})
@@ -463,6 +471,8 @@ def _self_methods(stmt, deadline: float | None = None) -> set[int]:
 #: event), and the probes are told apart by their files and lines (the fifth red team's route: a
 #: loop everywhere but where the benchmark counts, copies kept everywhere but where memory is measured)
 CALLER_WALK = "asks where it was called from (stacklevel: a warning or log record names the calling code's file and line)"
+#: the same for a log record that carries the call stack or the current exception's traceback as text
+STACK_AS_TEXT = "asks for the call stack or a traceback as text (stack_info or exc_info: a log record lists the frames)"
 #: the functions whose third positional argument is the stack level
 STACKLEVEL_POSITIONAL = frozenset({"warnings.warn", "_warnings.warn"})
 
@@ -481,10 +491,19 @@ def _walks_the_stack(n: ast.Call, callee: str | None = None) -> bool:
     return False
 
 
+def _stack_as_text(n: ast.Call) -> bool:
+    """A call with ``stack_info`` or ``exc_info`` other than a constant False or None (logging's
+    keywords)."""
+    return any(k.arg in ("stack_info", "exc_info")
+               and not (isinstance(k.value, ast.Constant) and k.value.value in (False, None)) for k in n.keywords)
+
+
 def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag, values=None) -> None:
     fn = n.func
     if _walks_the_stack(n):
         flag(st, n, CALLER_WALK)
+    if _stack_as_text(n):
+        flag(st, n, STACK_AS_TEXT)
     if isinstance(fn, ast.Name):
         if fn.id in REVIEW_BUILTINS:
             flag(st, n, f"{fn.id}() ({REVIEW_BUILTINS[fn.id]})")

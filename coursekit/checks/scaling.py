@@ -340,6 +340,74 @@ def expected(gid: str, entry: int, side: int, seed: int):
 #: how close the counted call's output must be to torch's (float32, inputs of a few hundred numbers)
 OUT_TOL = 5e-3
 
+#: the assignment of each benchmark: its course solution's counts set the ceiling (:func:`ceiling`)
+ASSIGNMENT = types.MappingProxyType({
+    "layernorm_benchmark": "01_layernorm", "rmsnorm_benchmark": "02_rmsnorm", "residual_benchmark": "03_residual",
+    "transformer_block_benchmark": "04_transformer_block", "backward_benchmark": "05_backward",
+    "streams_benchmark": "06_streams"})
+#: a counted call may do at most CEIL_FACTOR times the course solution's work plus CEIL_OPS ops (and
+#: CEIL_OPS * LINES_PER_OP lines). Without a ceiling, a loop that runs the same number of times at
+#: every counted size (padded with dummy items up to a constant) counts flat, and its counts are so
+#: large that the full-size call's allowance covers a loop over the full input (the sixth red team's
+#: route). Honest code stays below: separate tensor operations with a cast or a reshape the solution
+#: does not need, and other algorithms (exercise 06's Sinkhorn by its scaling vectors: 431 ops where
+#: the solution runs 84, ``right/06_streams/scaling_vectors_sinkhorn.py``). What still fits under it
+#: is a loop over a few dozen chunks (for RMSNorm, whose solution runs 7 ops, about 150 ops at full
+#: size), not one over the rows.
+CEIL_FACTOR, CEIL_OPS = 8, 64
+
+
+@functools.lru_cache(maxsize=8)
+def _solution(assignment: str):
+    try:
+        from course.solutions import load_reference  # the grader's side; not in a student's pack
+    except ImportError:
+        return None
+    try:
+        return load_reference(assignment)
+    except Exception:  # noqa: BLE001 -- a broken reference sets no ceiling (it costs no student a point)
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def solution_counts(gid: str, entry: int, side: int) -> dict | None:
+    """The course solution's counts on one counted call of :func:`measure` (None where the course's
+    solutions are not installed: a student's own check)."""
+    ns = _solution(ASSIGNMENT[gid])
+    if not ns:
+        return None
+    case = GROWTH[gid][entry][3 + side]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        counts, _ = work(case.student(ns), case.inputs(_seed(DEFAULT_SEED, entry, side, 0)),
+                         case.inputs(_seed(DEFAULT_SEED, entry, side, 1)))
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        torch.set_num_threads(threads)
+    return counts
+
+
+def ceiling(sol: dict, what: str = "ops") -> int:
+    """The most ``what`` (``"ops"`` or ``"lines"``) a counted call may count, for the solution's ``sol``."""
+    return CEIL_FACTOR * sol[what] + CEIL_OPS * (LINES_PER_OP if what == "lines" else 1)
+
+
+def _over_ceiling(gid: str, counts: dict, what: str, hint: str, where: str) -> None:
+    sol = solution_counts(*where)  # (gid, entry, side)
+    if sol is None:
+        return
+    for k, unit in (("ops", "torch ops"), ("lines", "Python lines")):
+        if counts[k] > ceiling(sol, k):
+            dim, n = GROWTH[gid][where[1]][0], GROWTH[gid][where[1]][1 + where[2]]
+            raise CheckFailed(
+                f"your {what} does far more work per call than vectorized code needs: with {n} {dim} one call ran "
+                f"{counts['lines']} Python lines and {counts['ops']} torch ops, the course's solution "
+                f"{sol['lines']} and {sol['ops']}, and at most {ceiling(sol, k)} {unit} are allowed. A loop runs its "
+                f"body once per item, and one padded to the same length at every size is still a loop. "
+                f"{hint[:1].upper() + hint[1:]}.")
+
 
 def judge(rec, gid: str, what: str, hint: str) -> None:
     """Raise :class:`CheckFailed` when the counted calls computed something else than torch on the
@@ -376,6 +444,9 @@ def judge(rec, gid: str, what: str, hint: str) -> None:
                 f"{b['lines']} lines and {b['ops']} ops. Vectorized code runs the same lines and ops "
                 f"whatever the size. {hint[:1].upper() + hint[1:]}. A Python loop pays the interpreter's overhead "
                 "once per item.")
+    for i, e in enumerate(rec):  # no growth, but work a vectorized call would not do (a padded loop)
+        for side, key in enumerate(("at_n0", "at_n1")):
+            _over_ceiling(gid, e[key], what, hint, (gid, i, side))
 
 
 #: the full-size call may dispatch this many more torch ops than the largest counted small call, or a
