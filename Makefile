@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
 
-.PHONY: venv system npm book student-pack test grade exercises check bench-grade clean class-server-deps class-server class-server-stop
+.PHONY: venv system npm book student-pack test grade exercises check bench-grade clean experiments class-server-deps class-server class-server-stop
 
 # The virtual environment, rebuilt when requirements.txt or pyproject.toml change.
 $(STAMP): requirements.txt pyproject.toml
@@ -73,6 +73,12 @@ student-pack: venv
 
 book: venv npm student-pack
 	$(PY) -m book.build build
+
+# The experiments too long for a book build (book/experiments/recorded.py): about half an hour on
+# 2 cores; they resume (a run recorded with today's code is not rerun) and write book/results/*.json,
+# which the book reads and refuses, failing the build, once the code they ran has changed.
+experiments: venv
+	RECORDED_COMMAND="make experiments" $(PY) -m book.experiments.recorded run
 
 # exercises/ is generated: never edit it by hand, edit solutions/ and run this.
 exercises: venv

@@ -5,14 +5,17 @@
    Sphinx serves ``_mathjax/`` as a static path, so the site has ``_static/mathjax/``):
    the ``tex-chtml.js`` bundle, its woff-v2 fonts and the TeX extensions its autoloader may
    fetch. ``_config.yml`` points Sphinx's ``mathjax_path`` there, so no page asks a CDN.
-2. The pages missing from the execution cache run two at a time, longest first, into that cache
+2. The recorded experiments (``book/results/*.json``, written by ``make experiments``) are
+   checked against today's code (:func:`book.experiments.recorded.check_pages`): a stale or
+   missing record, or a page pinning an older record, fails the build with the command to run.
+3. The pages missing from the execution cache run two at a time, longest first, into that cache
    (:mod:`book.prefetch`): jupyter-book executes pages one after another, and chapter 09 alone
    takes as long as all the others.
-3. ``jupyter-book build . --warningiserror --keep-going`` (through :mod:`book.local_kernels`, so
+4. ``jupyter-book build . --warningiserror --keep-going`` (through :mod:`book.local_kernels`, so
    the chapters' kernels use local sockets, not TCP): every Sphinx warning fails the build,
    all of them are reported. Chapter results are cached (``execute_notebooks: cache``), so a
    rebuild with nothing changed runs no code.
-4. While it reads the pages, the Sphinx extension :mod:`book.progress` (loaded by ``_config.yml``)
+5. While it reads the pages, the Sphinx extension :mod:`book.progress` (loaded by ``_config.yml``)
    prints one line per notebook page as it finishes, with its seconds:
    ``book: [ 9/30] chapters/09_real_models: executed in 303.0 s``.
 
@@ -85,6 +88,16 @@ def check_no_cdn(html_dir: Path = HTML) -> list[str]:
 
 
 def build(all_pages: bool = False) -> int:
+    # the recorded long experiments (book/experiments/recorded.py) must be today's code's, and the
+    # pages must pin them as they are: checked here, since a page served from the execution cache
+    # would not run its own check
+    from book.experiments import recorded
+    try:
+        recorded.check_pages()
+    except recorded.StaleResults as e:
+        print(f"book.build: the recorded experiments are stale, so the book would show results of "
+              f"other code:\n{e}", file=sys.stderr)
+        return 1
     ensure_mathjax()
     # Sphinx re-reads only changed pages, so a warning from an unchanged page would not come
     # back on the next build and that build would pass. After a failed build, re-read every

@@ -102,14 +102,15 @@ def loss_on(model, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def train(variant: str, n_layers: int, warmup: int, seed: int, steps: int, lr: float = 3e-3,
-          bs: int = 16, ctx: int = 64, eval_every: int = 25, data=None):
-    """Adam (betas 0.9, 0.98), linear warm-up then a constant rate, no clipping. Returns
+          bs: int = 16, ctx: int = 64, eval_every: int = 25, data=None, held_size: int = 64):
+    """Adam (betas 0.9, 0.98), linear warm-up then a constant rate, no clipping; the held-out
+    loss is measured on ``held_size`` fixed held-out sequences every ``eval_every`` steps. Returns
     (model, train losses per step, [(step, held-out loss)]); a non-finite loss stops training
     and fills the rest with NaN."""
     train_ids, held_ids, vocab = corpus() if data is None else data
     model = make_model(variant, len(vocab), n_layers, ctx=ctx, seed=seed)
     gen = torch.Generator().manual_seed(1000 + seed)
-    held = held_batch(held_ids, ctx)  # fixed for all runs
+    held = held_batch(held_ids, ctx, held_size)  # fixed for all runs
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
     losses, evals = [], []
     for step in range(steps):
