@@ -68,10 +68,12 @@ def server_port(ip: str = "127.0.0.1", span: int = 4096, tries: int = 200) -> in
     """A port for a user's server: in the ``span`` ports just below the ephemeral range (which
     bind(0) and outgoing connections never use), none this hub has handed to a running server, and
     free now (a bind to it succeeds). Give it back with :func:`release_port`."""
-    low = ephemeral_range()[0]
-    first = max(1024, low - span)
+    low, high = ephemeral_range()
+    first, end = max(1024, low - span), low
+    if first >= end:  # the ephemeral range starts at 1024 or below: the ports above it, else any
+        first, end = (high + 1, min(65536, high + 1 + span)) if high < 65535 else (1024, 65536)
     for _ in range(tries):
-        port = random.randrange(first, low)
+        port = random.randrange(first, end)
         if port in _PORTS_TAKEN:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -81,7 +83,7 @@ def server_port(ip: str = "127.0.0.1", span: int = 4096, tries: int = 200) -> in
                 continue
         _PORTS_TAKEN.add(port)
         return port
-    raise RuntimeError(f"no free port for a user's server in {first}..{low - 1} after {tries} tries")
+    raise RuntimeError(f"no free port for a user's server in {first}..{end - 1} after {tries} tries")
 
 
 def release_port(port: int) -> None:

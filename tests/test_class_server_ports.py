@@ -30,6 +30,14 @@ def test_servers_ports_are_distinct_and_below_the_ephemeral_range(monkeypatch):
     assert all(low - 4096 <= p < low for p in ports)
 
 
+def test_an_ephemeral_range_from_1024_up_leaves_the_ports_above_it(monkeypatch):
+    monkeypatch.setattr(sp, "_PORTS_TAKEN", set())
+    monkeypatch.setattr(sp, "ephemeral_range", lambda: (1024, 49999))
+    assert all(50000 <= sp.server_port() < 50000 + 4096 for _ in range(20))
+    monkeypatch.setattr(sp, "ephemeral_range", lambda: (1024, 65535))  # nothing outside it: any free port
+    assert 1024 <= sp.server_port() < 65536
+
+
 def test_a_port_held_by_a_running_server_or_another_listener_is_never_handed_out(monkeypatch):
     monkeypatch.setattr(sp, "_PORTS_TAKEN", set())
     with socket.socket() as listener:
