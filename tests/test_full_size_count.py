@@ -24,6 +24,7 @@ from coursekit.checks.benchmark import LOOP_HINT
 from coursekit.checks.served import SERVED
 from course.release import ROOT
 from notebook_ns import code_ns
+from tools.fixture_class import read_code_fixture
 from test_graded_slice import review
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -56,10 +57,8 @@ def verdict(gid: str, ns: dict, seed: int) -> None:
 
 
 def fixture_ns(path: Path) -> dict:
-    code = path.read_text()
-    doc = ast.get_docstring(ast.parse(code)) or ""
-    assignment = next(l.split(":", 1)[1].strip() for l in doc.splitlines() if l.startswith("assignment:"))
-    return code_ns(assignment, code, path.name)
+    fx = read_code_fixture(path)
+    return code_ns(fx["assignment"], fx["code"], path.name)
 
 
 BENCHMARKED = {"01_layernorm": "layernorm_benchmark", "02_rmsnorm": "rmsnorm_benchmark",
@@ -281,13 +280,9 @@ def test_the_fixtures_through_the_real_grader(tmp_path, assignment):
     above 2048 numbers loses exactly the benchmark, unflagged; the loop unless a dispatch mode is
     active is flagged naming the line; the loop unless traced is flagged as before; the table of
     counted outputs still loses the benchmark; honest work keeps full marks, unflagged."""
-    import csv
-    import json
     import shutil
-    import subprocess
-    import sys
 
-    from course.release import venv_env
+    from test_grading_verdicts import run_grader
     from tools.fixture_class import build
 
     cases = {c.student: c for c in build(tmp_path / "submitted", assignment=assignment,
@@ -295,13 +290,7 @@ def test_the_fixtures_through_the_real_grader(tmp_path, assignment):
     for d in (tmp_path / "submitted").iterdir():
         if d.name not in GRADED[assignment]:
             shutil.rmtree(d)
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp_path / "submitted"), "--out", str(out),
-                           "--jobs", "2", "--no-progress"], capture_output=True, text=True,
-                          env=dict(venv_env(), OMP_NUM_THREADS="1"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {r["student_id"]: r for r in csv.DictReader(open(out / "grades.csv"))}
-    results = {r["student_id"]: r for r in json.loads((out / "results.json").read_text())}
+    rows, results = run_grader(tmp_path)
     full = float(rows["solution"]["max_score"])
     for sid in GRADED[assignment]:
         row, c = rows[sid], cases[sid]

@@ -19,8 +19,9 @@ from tools.fixture_class import build
 pytestmark = [pytest.mark.autograder, pytest.mark.slow]
 
 
-def grade(tmp, assignment):
-    cases = build(tmp / "submitted", assignment=assignment, kinds=("solution", "stub", "hostile", "right"))
+def run_grader(tmp):
+    """``python -m autograder grade tmp/submitted --out tmp/out`` (2 jobs, one torch thread each):
+    (grades.csv's rows, results.json's records), each by student."""
     out = tmp / "out"
     proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp / "submitted"), "--out", str(out),
                            "--jobs", "2", "--no-progress"], capture_output=True, text=True,
@@ -28,7 +29,12 @@ def grade(tmp, assignment):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {r["student_id"]: r for r in csv.DictReader(open(out / "grades.csv"))}
     results = {r["student_id"]: r for r in json.loads((out / "results.json").read_text())}
-    return cases, rows, results
+    return rows, results
+
+
+def grade(tmp, assignment):
+    cases = build(tmp / "submitted", assignment=assignment, kinds=("solution", "stub", "hostile", "right"))
+    return (cases, *run_grader(tmp))
 
 
 @pytest.mark.parametrize("assignment", ["02_rmsnorm", "04_transformer_block", "05_backward", "06_streams"])
