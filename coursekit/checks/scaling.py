@@ -394,13 +394,13 @@ def ceiling(sol: dict, what: str = "ops") -> int:
     return CEIL_FACTOR * sol[what] + CEIL_OPS * (LINES_PER_OP if what == "lines" else 1)
 
 
-def _over_ceiling(gid: str, counts: dict, what: str, hint: str, where: str) -> None:
-    sol = solution_counts(*where)  # (gid, entry, side)
+def _over_ceiling(gid: str, entry: int, side: int, counts: dict, what: str, hint: str) -> None:
+    sol = solution_counts(gid, entry, side)
     if sol is None:
         return
     for k, unit in (("ops", "torch ops"), ("lines", "Python lines")):
         if counts[k] > ceiling(sol, k):
-            dim, n = GROWTH[gid][where[1]][0], GROWTH[gid][where[1]][1 + where[2]]
+            dim, n = GROWTH[gid][entry][0], GROWTH[gid][entry][1 + side]
             raise CheckFailed(
                 f"your {what} does far more work per call than vectorized code needs: with {n} {dim} one call ran "
                 f"{counts['lines']} Python lines and {counts['ops']} torch ops, the course's solution "
@@ -446,7 +446,7 @@ def judge(rec, gid: str, what: str, hint: str) -> None:
                 "once per item.")
     for i, e in enumerate(rec):  # no growth, but work a vectorized call would not do (a padded loop)
         for side, key in enumerate(("at_n0", "at_n1")):
-            _over_ceiling(gid, e[key], what, hint, (gid, i, side))
+            _over_ceiling(gid, i, side, e[key], what, hint)
 
 
 #: the full-size call may dispatch this many more torch ops than the largest counted small call, or a
