@@ -80,10 +80,13 @@ def code_files(module: str) -> list[Path]:
     return sorted(set(seen.values()))
 
 
+def file_sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def file_hashes(module: str) -> dict[str, str]:
     """Relative path -> SHA-256 of each file in :func:`code_files`."""
-    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in code_files(module)}
+    return {str(p.relative_to(ROOT)): file_sha(p) for p in code_files(module)}
 
 
 def code_hash(module: str) -> str:
@@ -229,10 +232,6 @@ def check(record: dict, module: str | None = None, settings: dict | None = None,
 
 def _shown(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-
-
-def file_sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load(name: str, pin: str | None = None, path: Path | None = None) -> dict:
