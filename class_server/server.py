@@ -548,8 +548,17 @@ def write_jupyter_config(class_dir: Path, course: Path, exchange: Path) -> Path:
         "# or submitted to (the Assignments tab would list every course, the first one first)\n"
         f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
         "c.ExchangeFactory.submit = 'class_server_exchange.PrivateSubmit'\n")
+    # The servers' kernels talk to them over Unix sockets beside their connection files (the user's
+    # own runtime folder), not TCP ports on 127.0.0.1: a kernel's ports are chosen by binding port 0
+    # and closing it, and with a class starting kernels at once another process, or any outgoing
+    # connection, can take one first (a CI run of the load test: "zmq.error.ZMQError: Address
+    # already in use", the kernel restarted on the same ports until the server gave up); nor can
+    # another user reach the sockets. Only the servers read this file: a kernel that nbconvert or
+    # nbgrader starts resolves a relative socket name in its own working folder, not its client's.
+    kernels = {"KernelManager": {"transport": "ipc"}}
     (etc / "student" / "jupyter_server_config.json").write_text(json.dumps(
-        {"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": False}}}, indent=1))
+        {"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": False}}, **kernels}, indent=1))
+    (etc / "instructor" / "jupyter_server_config.json").write_text(json.dumps(kernels, indent=1))
     (etc / "student" / "labconfig" / "page_config.json").write_text(json.dumps(
         {"disabledExtensions": {"@jupyter/nbgrader:formgrader": True, "@jupyter/nbgrader:create-assignment": True,
                                 **QUIET}}, indent=1))
@@ -565,18 +574,6 @@ def write_jupyter_config(class_dir: Path, course: Path, exchange: Path) -> Path:
         "c.ExchangeFactory.collect = 'autograder.nbgrader.collect.CheckedCollect'\n"
         "c.ExchangeFactory.release_feedback = 'autograder.nbgrader.release_feedback.ReleaseFeedback'\n")
     (etc / "instructor" / "labconfig" / "page_config.json").write_text(json.dumps({"disabledExtensions": QUIET}))
-    # The servers' kernels talk to them over Unix sockets beside their connection files (the user's
-    # own runtime folder), not TCP ports on 127.0.0.1: a kernel's ports are chosen by binding port 0
-    # and closing it, and with a class starting kernels at once another process, or any outgoing
-    # connection, can take one first (a CI run of the load test: "zmq.error.ZMQError: Address
-    # already in use", the kernel restarted on the same ports until the server gave up); nor can
-    # another user reach the sockets. Only the servers read this file: a kernel that nbconvert or
-    # nbgrader starts resolves a relative socket name in its own working folder, not its client's.
-    for role in ("student", "instructor"):
-        f = etc / role / "jupyter_server_config.json"
-        conf = json.loads(f.read_text()) if f.exists() else {}
-        conf["KernelManager"] = {"transport": "ipc"}
-        f.write_text(json.dumps(conf, indent=1))
     for d, _, files in os.walk(etc):
         os.chmod(d, 0o755)
         for f in files:
