@@ -81,6 +81,22 @@ def test_a_helper_in_a_scratch_cell_runs_and_the_rest_of_the_cell_does_not():
     assert out.splitlines()[:2] == cell.splitlines()[:2]  # line numbers stay the student's
 
 
+@pytest.mark.parametrize("brk", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_the_slice_keeps_a_statements_own_line_after_characters_python_does_not_break_at(brk):
+    """str.splitlines() breaks at these characters, Python's tokenizer does not: the kept text must be
+    the statement Python numbered, not the line after it (the seventh red team's smuggling route)."""
+    answer = with_forward("_scale(x - mu, var, self.eps) * self.weight + self.bias")
+    page_break = "\x0c\n" if brk == "\x0c" else ""  # alone on a line only a form feed is Python (whitespace)
+    cell = (f"print('helpers below')\n# a note{brk}import sys; _scale = sys.gettrace\n{page_break}"
+            f"def _scale(d, v, e):  # another{brk}note\n    return d * torch.rsqrt(v + e)\n")
+    out = runs([answer], [cell])[0]
+    assert "    return d * torch.rsqrt(v + e)" in out
+    assert "gettrace" not in out and "print" not in out
+    ns = {"torch": __import__("torch")}
+    exec(compile(out, "<slice>", "exec"), ns)  # what runs is what Python reads: the helper, whole
+    assert ns["_scale"](ns["torch"].ones(2), ns["torch"].zeros(2), 1.0).tolist() == [1.0, 1.0]
+
+
 def test_what_graded_code_needs_is_followed_transitively_and_in_statement_order():
     answer = with_forward("_a(x)")
     cells = ["K = 2.0\nunused = 1\n", "def _b(x):\n    return x * K\n", "def _a(x):\n    return _b(x)\n"]

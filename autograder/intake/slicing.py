@@ -640,6 +640,21 @@ def _writefile_notes(sl: GradedSlice, trees: dict, written_needed: set) -> list[
     return out
 
 
+#: the line breaks of Python's tokenizer, which numbers the AST's lines: ``\r\n``, ``\r`` and ``\n``
+#: only. ``str.splitlines`` also breaks at form feeds, vertical tabs, ``\x1c``-``\x1e``, ``\x85``,
+#: U+2028 and U+2029, which Python reads as ordinary characters of a line (inside a comment, say):
+#: cutting a cell with it shifts every later line, so the text kept for one statement would be
+#: another's (the seventh red team hid ``import sys; traced = sys.gettrace`` after a U+2028 in a
+#: comment, and an Emacs page break ``^L`` made an honest helper lose its body)
+_PY_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def python_lines(text: str) -> list[str]:
+    """``text`` cut into lines where Python's tokenizer cuts it: element ``i`` is line ``i + 1``
+    of the AST's numbering."""
+    return _PY_BREAK.split(text)
+
+
 def _span(stmt) -> tuple[int, int]:
     outer = getattr(stmt, "_inline_of", None) or (getattr(stmt, "_written_by", None) or (None,))[0]
     if outer is not None:
@@ -658,7 +673,7 @@ def _source_that_runs(sl: GradedSlice, k: int, tree, mine: list) -> str:
         return ""
     if all(s.runs for s in mine) and not any(hasattr(s.node, "_inline_of") for s in mine):
         return cell.source
-    lines = transform(cell.source).splitlines()
+    lines = python_lines(transform(cell.source))
     out = [""] * len(lines)
     groups: list[list[Statement]] = []  # statements whose lines overlap (a; b) or share a magic
     for s in sorted(mine, key=lambda s: _span(s.node)):
