@@ -129,8 +129,9 @@ def test_a_missing_or_malformed_full_size_count_fails():
     gid = "rmsnorm_benchmark"
     from course.solutions import load_reference
     rec = scaling.measure(gid, load_reference("02_rmsnorm"), 3)
-    for bad in (None, {}, {"ops": 7, "lines": "many", "shape": [4]}, {"ops": -1, "lines": 3, "shape": [4]},
-                {"ops": 7, "lines": 200}):
+    for bad in (None, {}, {"ops": 7, "lines": "many", "hot": 1, "shape": [4]},
+                {"ops": -1, "lines": 3, "hot": 1, "shape": [4]}, {"ops": 7, "lines": 200, "hot": 1},
+                {"ops": 7, "lines": 200, "shape": [4]}):
         with pytest.raises(CheckFailed, match="full-size call of the benchmark is missing or malformed"):
             scaling.judge_full(bad, rec, gid, "RMSNorm", "hint")
 
@@ -141,6 +142,60 @@ def test_the_allowance():
     assert scaling.full_allowed(200, "lines") == 200 + scaling.FULL_SLACK * scaling.LINES_PER_OP
     # a loop over the full input's rows (1024 on the CPU, two ops each at least) is far past it
     assert scaling.full_allowed(7) < 1024 and scaling.full_allowed(214, "lines") < 2 * 1024
+
+
+def test_a_numpy_row_loop_hidden_by_padding_fails_on_its_busiest_line():
+    """The seventh red team's route: the small calls padded with empty iterations (flat and under the
+    ceiling), the full-size call a loop over the rows with one line of numpy per row (fewer lines than the
+    padded small calls, no op per row). Its busiest line runs once per row: far more than any line of the
+    course's solution or of the right fixtures."""
+    ns = fixture_ns(FIXTURES / "hostile" / "numpy_row_loop_padded_small.py")
+    gid = "rmsnorm_benchmark"
+    for seed in (scaling.DEFAULT_SEED, 424242):
+        rec = scaling.measure(gid, ns, seed)
+        full = full_count(gid, ns, seed)
+        small = max((e[k] for e in rec for k in ("at_n0", "at_n1")), key=lambda c: c["lines"])
+        assert full["lines"] < small["lines"] and full["ops"] <= small["ops"]  # what the allowance read
+        assert full["hot"] >= 1024 > scaling.hot_ceiling(scaling.solution_hot(gid))
+        with pytest.raises(CheckFailed) as e:
+            scaling.judge_full(full, rec, gid, "RMSNorm", LOOP_HINT[gid])
+        msg = str(e.value)
+        assert f"one line of Python {full['hot']} times" in msg and "4x256x128" in msg, msg
+
+
+@pytest.mark.parametrize("gid", sorted(scaling.GROWTH))
+def test_the_busiest_line_of_the_solution_and_of_the_right_fixtures_with_loops_is_far_under_its_ceiling(gid):
+    """Every right fixture passes the ceiling through the real grader (test_grading_verdicts); here the
+    margin, for the exercises whose honest code loops (Sinkhorn's iterations, vmap, decorators)."""
+    assignment = scaling.ASSIGNMENT[gid]
+    sol = scaling.solution_hot(gid)
+    assert sol is not None and 1 <= sol <= 21  # 21: Sinkhorn's 20 iterations in exercise 06
+    for path in sorted((FIXTURES / "right" / assignment).glob("*.py")) if assignment in ("05_backward", "06_streams") else ():
+        code = read_code_fixture(path)["code"]
+        if "%%" in code:
+            continue  # a cell magic: not plain Python, graded through the real grader instead
+        ns = code_ns(assignment, code, path.name)
+        rec = scaling.measure(gid, ns, 5)
+        hot = max([e[k]["hot"] for e in rec for k in ("at_n0", "at_n1")] + [full_count(gid, ns, 5)["hot"]])
+        assert hot <= 2 * sol + 8 < scaling.hot_ceiling(sol), (path.name, hot)
+
+
+def test_a_sinkhorn_that_loops_over_a_large_batch_fails_the_counted_matrices():
+    ns = fixture_ns(FIXTURES / "hostile" / "sinkhorn_loop_above_16_matrices.py")
+    gid = "streams_benchmark"
+    rec = scaling.measure(gid, ns, 5)
+    with pytest.raises(CheckFailed, match="as the number of matrices in a batch of logits grows"):
+        scaling.judge(rec, gid, "sinkhorn_knopp", LOOP_HINT[gid])
+    largest = max(n1 for dim, _, n1, _, _ in scaling.GROWTH[gid] if dim == "matrices")
+    from coursekit.contract import BENCH_SIZES
+    assert largest >= max(prod_(BENCH_SIZES[k]["streams"]["logits"][:-2]) for k in BENCH_SIZES)
+
+
+def prod_(shape) -> int:
+    out = 1
+    for n in shape:
+        out *= n
+    return out
 
 
 def test_the_counted_call_is_picked_from_the_draw():
@@ -196,7 +251,7 @@ def test_the_harness_counts_the_picked_call_from_the_timing_line():
         return wire.unpack_value(f[8:8 + nh], f[8 + nh:8 + nh + nb])
     plain, counted = decode(frames[1]), decode(frames[2])
     assert "work" not in plain and "y" in plain
-    assert set(counted["work"]) == {"ops", "lines"} and counted["work"]["ops"] == 7, counted["work"]
+    assert set(counted["work"]) == {"ops", "lines", "hot"} and counted["work"]["ops"] == 7, counted["work"]
 
 
 def test_asking_whether_a_mode_is_active_is_flagged_by_value():
@@ -224,7 +279,12 @@ def test_a_loop_padded_to_one_length_passes_growth_and_fails_the_ceiling(name, g
     rec = scaling.measure(gid, ns, 7)
     e0 = rec[0]
     assert e0["at_n0"]["ops"] >= 1000 and e0["at_n1"]["ops"] - e0["at_n0"]["ops"] < (e0["n1"] - e0["n0"]) / 2, e0
-    scaling.judge_full(full_count(gid, ns, 7), rec, gid, "norm", LOOP_HINT[gid])  # the allowance alone passes it
+    full = full_count(gid, ns, 7)
+    small = [e[k] for e in rec for k in ("at_n0", "at_n1")]
+    for k in ("ops", "lines"):  # the allowance alone passes it; its busiest line (once per item) does not
+        assert full[k] <= scaling.full_allowed(max(c[k] for c in small), k)
+    with pytest.raises(CheckFailed, match=f"runs one line of Python {full['hot']} times"):
+        scaling.judge_full(full, rec, gid, "norm", LOOP_HINT[gid])
     with pytest.raises(CheckFailed) as e:
         scaling.judge(rec, gid, "norm", LOOP_HINT[gid])
     assert "far more work per call than vectorized code needs" in str(e.value) and "the course's solution" in str(e.value)

@@ -35,12 +35,18 @@ at full size (:class:`Meter`, in the harness's ``_serve``, at a call the grader 
 draw) and :func:`judge_full` compares it with the small counts: at most :func:`full_allowed` of the
 largest. The notebook's own check has no grader and no full-size count.
 
+Every counted call is also held to a ceiling from the course's solution on the same call (grader
+side only): its ops and lines (:func:`ceiling`), and ``hot``, the most times one line of Python outside
+torch ran (:data:`HOT_FACTOR`): a loop's body runs once per item however cheap each pass is.
+
 What is not counted: work in threads or processes the code starts (the grader's observers see
-those start), and a loop run entirely inside C code that dispatches no torch op per item.
+those start), and a loop run entirely inside C code (or inside torch's own Python code) with no
+Python line of its own per item.
 """
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import types
 from typing import NamedTuple
@@ -53,6 +59,9 @@ from coursekit.checks import CheckFailed
 # taken when this module is imported, before any student code runs in the grader's sandbox: a
 # notebook that rebinds sys.settrace afterwards does not change what counts the lines
 _settrace, _gettrace = sys.settrace, sys.gettrace
+#: torch's own Python code and this module's (the dispatch machinery and the op counter run some of
+#: their lines once per op): not in ``hot``
+_TORCH_DIR, _HERE = os.path.dirname(torch.__file__) + os.sep, __file__
 
 
 class _OpCount(TorchDispatchMode):
@@ -74,13 +83,17 @@ class Meter:
     ``_serve``). ``counts`` after it is left."""
 
     def __init__(self):
-        self.counter, self.lines, self.before = _OpCount(), [0], None
+        self.counter, self.lines, self.hits, self.before = _OpCount(), [0], {}, None
 
     def _trace(self, frame, event, arg):
         if frame.f_code in _OWN:
             return None
         if event == "line":
             self.lines[0] += 1
+            file = frame.f_code.co_filename
+            if not (file.startswith(_TORCH_DIR) or file == _HERE):  # lines that run once per op, not per item
+                where = (frame.f_code, frame.f_lineno)
+                self.hits[where] = self.hits.get(where, 0) + 1
         return self._trace
 
     def __enter__(self):
@@ -96,7 +109,9 @@ class Meter:
 
     @property
     def counts(self) -> dict:
-        return {"ops": self.counter.n, "lines": self.lines[0]}
+        """``ops``, ``lines``, and ``hot``: how many times the most-run line ran (a loop's body runs
+        once per item; vectorized code runs each line a few times whatever the size)."""
+        return {"ops": self.counter.n, "lines": self.lines[0], "hot": max(self.hits.values(), default=0)}
 
 
 class Idle:
@@ -274,7 +289,8 @@ GROWTH = types.MappingProxyType({  # read-only, and its entries tuples: a notebo
         ("tokens", 8, 64, _streams((2, 8, 4, 16)), _streams((2, 64, 4, 16))),
         ("batch", 2, 16, _streams((2, 8, 4, 16)), _streams((16, 8, 4, 16))),
         ("features", 16, 128, _streams((2, 8, 4, 16)), _streams((2, 8, 4, 128))),
-        ("matrices", 2, 16, _sinkhorn(2), _sinkhorn(16)),
+        # up to the largest batch of logits any benchmark times (8192 tokens on a GPU): no loop above it
+        ("matrices", 2, 8192, _sinkhorn(2), _sinkhorn(8192)),
     ),
 })
 
@@ -394,19 +410,50 @@ def ceiling(sol: dict, what: str = "ops") -> int:
     return CEIL_FACTOR * sol[what] + CEIL_OPS * (LINES_PER_OP if what == "lines" else 1)
 
 
+#: the most-run line of a counted call (``hot``: Python lines outside torch and this module, which run
+#: once per op) may run at most HOT_FACTOR times as often as the course solution's busiest line, plus
+#: HOT_SLACK. A loop runs its body once per item however little each iteration costs, so this holds a
+#: loop to a few dozen iterations even where its body is one line of C calls (numpy on a row), which
+#: ``lines`` and ``ops`` alone let through when padding fills the counted small calls (the seventh red
+#: team's route). Measured: every solution and every right fixture's busiest line runs 1 to 6 times a
+#: call (21 in exercise 06, Sinkhorn's 20 iterations); a loop over the benchmark's rows, 1024.
+HOT_FACTOR, HOT_SLACK = 4, 64
+
+
+def solution_hot(gid: str) -> int | None:
+    """The course solution's busiest line over every counted call of ``gid`` (None without solutions)."""
+    counts = [solution_counts(gid, i, side) for i in range(len(GROWTH[gid])) for side in (0, 1)]
+    return None if any(c is None for c in counts) else max(c.get("hot", 0) for c in counts)
+
+
+def hot_ceiling(sol_hot: int) -> int:
+    return HOT_FACTOR * sol_hot + HOT_SLACK
+
+
+def _too_hot(gid: str, counts: dict, where: str, what: str, hint: str) -> None:
+    sol_hot = solution_hot(gid)
+    if sol_hot is not None and counts["hot"] > hot_ceiling(sol_hot):
+        raise CheckFailed(
+            f"your {what} runs one line of Python {counts['hot']} times in a single call {where}; the course's "
+            f"solution runs no line more than {sol_hot} times, and at most {hot_ceiling(sol_hot)} are allowed. "
+            f"A line that runs once per row, token or matrix is a loop's body, however little each pass does "
+            f"(a numpy call on one row is still one pass per row). {hint[:1].upper() + hint[1:]}.")
+
+
 def _over_ceiling(gid: str, entry: int, side: int, counts: dict, what: str, hint: str) -> None:
+    dim, n = GROWTH[gid][entry][0], GROWTH[gid][entry][1 + side]
     sol = solution_counts(gid, entry, side)
     if sol is None:
         return
     for k, unit in (("ops", "torch ops"), ("lines", "Python lines")):
         if counts[k] > ceiling(sol, k):
-            dim, n = GROWTH[gid][entry][0], GROWTH[gid][entry][1 + side]
             raise CheckFailed(
                 f"your {what} does far more work per call than vectorized code needs: with {n} {dim} one call ran "
                 f"{counts['lines']} Python lines and {counts['ops']} torch ops, the course's solution "
                 f"{sol['lines']} and {sol['ops']}, and at most {ceiling(sol, k)} {unit} are allowed. A loop runs its "
                 f"body once per item, and one padded to the same length at every size is still a loop. "
                 f"{hint[:1].upper() + hint[1:]}.")
+    _too_hot(gid, counts, f"(the counted call with {n} {dim})", what, hint)
 
 
 def judge(rec, gid: str, what: str, hint: str) -> None:
@@ -420,7 +467,7 @@ def judge(rec, gid: str, what: str, hint: str) -> None:
         raise CheckFailed(malformed)
     for i, (e, (dim, n0, n1, _, _)) in enumerate(zip(rec, GROWTH[gid])):
         counts = [e.get("at_n0"), e.get("at_n1")]
-        if not all(isinstance(c, dict) and all(type(c.get(k)) is int and c[k] >= 0 for k in ("ops", "lines"))
+        if not all(isinstance(c, dict) and all(type(c.get(k)) is int and c[k] >= 0 for k in ("ops", "lines", "hot"))
                    for c in counts) or (e.get("n0"), e.get("n1")) != (n0, n1) or type(e.get("seed")) is not int \
                 or not (isinstance(e.get("out"), list) and len(e["out"]) == 2):
             raise CheckFailed(malformed)
@@ -473,7 +520,7 @@ def judge_full(full, rec, gid: str, what: str, hint: str) -> None:
     (``autograder/referee/clock.py``); ``rec``: :func:`measure`'s record, already passed by
     :func:`judge`. Code that switches to a loop above the counted sizes is caught here: its small
     calls count flat, its full-size call does not."""
-    if not (isinstance(full, dict) and all(type(full.get(k)) is int and full[k] >= 0 for k in ("ops", "lines"))
+    if not (isinstance(full, dict) and all(type(full.get(k)) is int and full[k] >= 0 for k in ("ops", "lines", "hot"))
             and isinstance(full.get("shape"), list) and all(type(n) is int for n in full["shape"])):
         raise CheckFailed("the count of your code's work on one full-size call of the benchmark is missing or malformed")
     sides = [(e[key], i, side) for i, e in enumerate(rec) for side, key in enumerate(("at_n0", "at_n1"))]
@@ -488,6 +535,7 @@ def judge_full(full, rec, gid: str, what: str, hint: str) -> None:
                 f"counted call with {n} {dim} ({_numbers(gid, i, side)} numbers) {c['lines']} lines and {c['ops']} "
                 f"ops, and at most {full_allowed(c[k], k)} {unit} are allowed: the work of a full-size call grew. "
                 f"Vectorized code runs the same lines and ops whatever the size. {hint[:1].upper() + hint[1:]}.")
+    _too_hot(gid, full, f"on the benchmark's full-size input ({'x'.join(map(str, full['shape']))})", what, hint)
 
 
 def _numbers(gid: str, entry: int, side: int) -> int:

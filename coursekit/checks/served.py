@@ -179,7 +179,7 @@ def served_report(out: dict, work) -> None:
 
     ``out``: grade_id, times ({"yours": [...], "torch": [...], maybe "course solution" and
     "torch.compile"}, seconds per call per round, measured by the grader), bytes, copy, rounds,
-    allowance; full (the work of one of the timed calls at full size, ``{"ops", "lines", "shape"}``,
+    allowance; full (the work of one of the timed calls at full size, ``{"ops", "lines", "hot", "shape"}``,
     counted by the harness around the call the grader picked: :func:`coursekit.checks.scaling.judge_full`);
     and where it ran: device_type ("cpu" when absent), device, dtype, unavailable (column -> why it
     could not be timed). ``work``: :func:`coursekit.checks.scaling.measure`'s counts, taken by the
