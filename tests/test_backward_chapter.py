@@ -1,6 +1,7 @@
-"""Chapter 10's experiments (book/experiments/backward.py): the hand-written backward passes agree
-with autograd, the fused add + RMSNorm saves exactly what the chapter says, and each check fails
-on a wrong version (a missing projection or mean term, an ignored grad_h, an extra saved tensor).
+"""The experiments of chapters 10 and 10b (book/experiments/backward.py): the hand-written
+backward passes agree with autograd, the fused add + RMSNorm saves exactly what chapter 10b says,
+and each check fails on a wrong version (a missing projection or mean term, an ignored grad_h, an
+extra saved tensor).
 """
 from __future__ import annotations
 

@@ -1,11 +1,16 @@
-"""Chapter 11's experiment code (book/experiments/beyond.py): DyT computes its formula, weights in
-front of QK-norm are scale-invariant, the two norms land where the chapter's geometry says,
-stochastic depth keeps the expected branch, the parallel layout shares one norm, and AdamW's
-groups leave gains undecayed. Each check also fails on a plausible wrong version.
+"""The experiment code of chapters 11 and 11b (book/experiments/beyond.py): DyT computes its
+formula, weights in front of QK-norm are scale-invariant, the two norms land where chapter 04's
+geometry section says, stochastic depth keeps the expected branch, the parallel layout shares one
+norm, and AdamW's groups leave gains undecayed. Each check also fails on a plausible wrong
+version. The two pages share the runs of ``RUNS`` between them: each trains only the runs it
+discusses, LayerNorm alone in both.
 """
 from __future__ import annotations
 
+import ast
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -277,3 +282,44 @@ def test_the_recorded_largest_logit_leaves_out_masked_future_positions():
     full = (100.0 * 100.0) / math.sqrt(8)  # the future logit, q(0) . k(2) / sqrt(d_h)
     attn(x)
     assert attn.max_logit < 1.0 < full, attn.max_logit
+
+
+# --- which runs each page trains -------------------------------------------------------------------
+
+PAGES = [Path(__file__).resolve().parent.parent / "chapters" / f
+         for f in ("11_beyond.md", "11b_block_variants.md")]
+
+
+def _cells(page: Path) -> list[str]:
+    """The code of the page's code cells, without their options (a YAML block or :key: lines)."""
+    out = []
+    for body in re.findall(r"```\{code-cell\}[^\n]*\n(.*?)^```", page.read_text(), re.S | re.M):
+        if body.startswith("---\n"):
+            body = body.split("\n---\n", 1)[1]
+        out.append("\n".join(l for l in body.splitlines() if not re.match(r"^:[a-z_-]+:", l)))
+    return out
+
+
+def _page_runs(page: Path) -> tuple[set[str], set[str]]:
+    """(the page's NAMES, the names of RUNS its code cells mention)."""
+    names, mentioned = set(), set()
+    for cell in _cells(page):
+        for node in ast.walk(ast.parse(cell)):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NAMES" for t in node.targets):
+                names = set(ast.literal_eval(node.value))
+            if isinstance(node, ast.Constant) and node.value in by.RUNS:
+                mentioned.add(node.value)
+    return names, mentioned
+
+
+def test_each_page_trains_the_runs_it_discusses_and_no_run_twice_but_the_baseline():
+    """Each page's NAMES covers every run its code names; together the pages train every run of
+    RUNS, and only the short LayerNorm baseline on both (the build's time: issue 27, pacing)."""
+    trained = []
+    for page in PAGES:
+        names, mentioned = _page_runs(page)
+        assert names and mentioned <= names, (page.name, mentioned - names)
+        assert "run_all(steps=STEPS, depth=4, names=NAMES)" in page.read_text(), page.name
+        trained.append(names)
+    assert set.union(*trained) == set(by.RUNS)
+    assert set.intersection(*trained) == {"LayerNorm"}
