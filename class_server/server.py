@@ -203,6 +203,15 @@ def remove_accounts(users: list[str], group: str | None) -> None:
         subprocess.run(["groupdel", group], capture_output=True)
 
 
+#: as the user, before their command: make each of the folders given (0700), refuse one that is not a
+#: folder of theirs (a link, another's), then cd to $0 and run the command after the folders' "--"
+PRIVATE_SH = (
+    'cwd="$0"; while [ "$1" != -- ]; do '
+    '(umask 077 && mkdir -p -- "$1") && [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && chmod 700 -- "$1" '
+    '|| { echo "class_server: $1 is not a folder of $(id -un) only: not run" >&2; exit 126; }; shift; done; '
+    'shift; cd "$cwd" && exec "$@"')
+
+
 def as_user(user: str, argv: list[str], class_dir: Path, cwd: Path | None = None, timeout: float = 600,
             input: str | None = None) -> subprocess.CompletedProcess:
     """Run ``argv`` as ``user`` with the environment the hub gives that user's server (their HOME,
@@ -215,12 +224,17 @@ def as_user(user: str, argv: list[str], class_dir: Path, cwd: Path | None = None
            "JUPYTER_CONFIG_PATH=" + str(Path(cfg["etc"]) / role)]
     if role == "instructor":  # the course's code, which its nbgrader_config.py names (as the hub does)
         env.append("PYTHONPATH=" + cfg["course"])
-    cmd = ["runuser", "-u", user, "--", "env", "-i", *env]
-    if cwd is not None:
-        cmd += ["sh", "-c", 'cd "$0" && exec "$@"', str(cwd)]
+    # the user's own TMPDIR and torch.compile/Triton caches in their home, 0700 (as the hub's spawner
+    # gives their server): made by the user's own shell, each checked to be a folder of theirs
+    from class_server.spawner import private_env
+
+    private = private_env(pw.pw_dir)
+    env += [f"{k}={v}" for k, v in private.items()]
+    cmd = ["runuser", "-u", user, "--", "env", "-i", *env, "sh", "-c", PRIVATE_SH, str(cwd or "."),
+           *private.values()]
     # a session of its own and no terminal: the user's code (an instructor's nbgrader_config.py runs
     # here) must not reach root's terminal, where TIOCSTI would type commands into root's shell
-    return subprocess.run(cmd + list(argv), capture_output=True, text=True, timeout=timeout, input=input,
+    return subprocess.run(cmd + ["--", *argv], capture_output=True, text=True, timeout=timeout, input=input,
                           stdin=subprocess.DEVNULL if input is None else None, start_new_session=True)
 
 

@@ -24,6 +24,12 @@ submission inside their own (``python -m autograder grade`` without ``--no-cgrou
 files stay root's, so the user's own limits cannot be raised, and the kernel keeps every child
 inside them.
 
+Each server gets folders of its own for temporary files and compiled code (:data:`PRIVATE_DIRS`:
+``TMPDIR``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``), in the user's home, mode 0700, made by
+the server's process itself once it is the user (:func:`make_private_dirs`). torch.compile's default
+is ``/tmp/torchinductor_<user>``, which it neither checks the owner of nor makes private (0755): another
+student could read the compiled kernels (the student's code), or make that folder first, 0777.
+
 Each server's port comes from :func:`server_port`, below the kernel's ephemeral range and never one
 this hub has handed to a server still running. JupyterHub's own choice (``random_port``: bind port
 0, close, hand the number on) lets two servers started at once get the same port, or an outgoing
@@ -49,6 +55,51 @@ try:
     import class_server_cgroups as cgroups  # the copy in the class's Python
 except ImportError:  # pragma: no cover - from a checkout
     from autograder.sandbox import cgroups
+
+
+#: each user's own folders, relative to their home (0700): what torch.compile, Triton and every
+#: ``tempfile`` user would otherwise put in a folder of /tmp that anyone can name, or make, first
+PRIVATE_DIRS = {"TMPDIR": ".tmp", "TORCHINDUCTOR_CACHE_DIR": ".cache/torchinductor", "TRITON_CACHE_DIR": ".cache/triton"}
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def private_env(home: str) -> dict[str, str]:
+    """The environment naming a user's :data:`PRIVATE_DIRS` (their home ``home``)."""
+    return {k: os.path.join(home, v) for k, v in PRIVATE_DIRS.items()}
+
+
+def make_private_dirs(home: str) -> None:
+    """Make the :data:`PRIVATE_DIRS` below ``home``, as the user (after setuid): each component made
+    0700 if missing, opened without following a link, and refused unless it is a folder of this user's
+    own; each folder's mode is then set to 0700. A :class:`PermissionError` says which one is not."""
+    uid = os.getuid()
+    top = os.open(home, _DIR)
+    try:
+        if os.fstat(top).st_uid != uid:
+            raise PermissionError(f"{home} is not this user's own folder (uid {uid})")
+        for rel in PRIVATE_DIRS.values():
+            fd = os.dup(top)
+            try:
+                path = home
+                for name in rel.split("/"):
+                    path = os.path.join(path, name)
+                    try:
+                        os.mkdir(name, 0o700, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    try:
+                        sub = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+                    except OSError as e:
+                        raise PermissionError(f"{path} is not a folder ({e.strerror}; a symbolic link?)") from None
+                    os.close(fd)
+                    fd = sub
+                    if os.fstat(fd).st_uid != uid:
+                        raise PermissionError(f"{path} is not this user's own folder")
+                os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(top)
 
 
 #: the servers' ports now handed out by this hub (one process, one event loop: no lock needed)
@@ -141,6 +192,8 @@ class LimitedSpawner(LocalProcessSpawner):
         setuid = super().make_preexec_fn(name)
         joins = self._group.join_files() if self._group is not None else []
 
+        home = pwd.getpwnam(name).pw_dir
+
         def preexec():  # in the child, still root: join the group, then become the user
             for f in joins:
                 fd = os.open(f, os.O_WRONLY | os.O_CLOEXEC)
@@ -149,8 +202,15 @@ class LimitedSpawner(LocalProcessSpawner):
                 finally:
                     os.close(fd)
             setuid()
+            make_private_dirs(home)  # as the user: nothing of root's follows a path the user can write
 
         return preexec
+
+    def user_env(self, env):
+        env = super().user_env(env)
+        if env.get("HOME"):
+            env.update(private_env(env["HOME"]))
+        return env
 
     async def progress(self):
         why = self.stopped_why.pop(self.user.name, "")

@@ -760,3 +760,36 @@ def test_the_instructors_shell(klass):
     proc = subprocess.run(["su", "-", klass["alice"], "-c", 'command -v nbgrader || echo none; echo "$PYTHONPATH"'],
                           capture_output=True, text=True, timeout=60)
     assert state["course"] not in proc.stdout  # a student's shell does not get the course
+
+
+COMPILE = """
+import tempfile, torch
+def layernorm_of_bob(x):
+    m = x.mean(-1, keepdim=True)
+    return (x - m) * torch.rsqrt(((x - m) ** 2).mean(-1, keepdim=True) + 1e-5) * 1.2345
+torch.compile(layernorm_of_bob)(torch.randn(4, 8))
+print(tempfile.gettempdir())
+"""
+
+
+@pytest.mark.hub
+@pytest.mark.slow
+def test_torch_compile_writes_nothing_where_another_student_can_read(klass):
+    """mallory makes /tmp/torchinductor_<bob> first, 0777 (torch.compile's default cache, used whoever
+    owns it); bob compiles a function with torch.compile, with the environment root gives him (as the
+    hub does): nothing lands in mallory's folder, the compiled code is in bob's home, 0700."""
+    bob, mallory = klass["bob"], klass["mallory"]
+    trap = Path(f"/tmp/torchinductor_{bob}")
+    subprocess.run(["rm", "-rf", str(trap)])
+    try:
+        _sh(klass, mallory, 'mkdir -m 0777 "$1" && chmod 0777 "$1"', str(trap))
+        out = _sh(klass, bob, 'python -c "$1"', COMPILE, timeout=600).stdout
+        pw = pwd.getpwnam(bob)
+        assert list(trap.iterdir()) == []
+        assert out.strip().splitlines()[-1] == str(Path(pw.pw_dir) / ".tmp")
+        cache = Path(pw.pw_dir) / ".cache" / "torchinductor"
+        st = os.lstat(cache)
+        assert stat.S_ISDIR(st.st_mode) and (st.st_uid, stat.S_IMODE(st.st_mode)) == (pw.pw_uid, 0o700)
+        assert any(b"1.2345" in p.read_bytes() for p in cache.rglob("*.py")), "no compiled code in bob's cache"
+    finally:
+        subprocess.run(["rm", "-rf", str(trap)])
