@@ -226,12 +226,12 @@ def remove_accounts(users: list[str], group: str | None) -> None:
 
 
 #: as the user, before their command: make each of the folders given (0700), refuse one that is not a
-#: folder of theirs (a link, another's), then cd to $0 and run the command after the folders' "--"
+#: folder of theirs (a link, another's), then cd to $0 (unless empty) and run the command after the "--"
 PRIVATE_SH = (
     'cwd="$0"; while [ "$1" != -- ]; do '
     '(umask 077 && mkdir -p -- "$1") && [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && chmod 700 -- "$1" '
     '|| { echo "class_server: $1 is not a folder of $(id -un) only: not run" >&2; exit 126; }; shift; done; '
-    'shift; cd "$cwd" && exec "$@"')
+    'shift; if [ -n "$cwd" ]; then cd "$cwd" || exit 126; fi; exec "$@"')
 
 
 def as_user(user: str, argv: list[str], class_dir: Path, cwd: Path | None = None, timeout: float = 600,
@@ -252,7 +252,7 @@ def as_user(user: str, argv: list[str], class_dir: Path, cwd: Path | None = None
 
     private = private_env(pw.pw_dir)
     env += [f"{k}={v}" for k, v in private.items()]
-    cmd = ["runuser", "-u", user, "--", "env", "-i", *env, "sh", "-c", PRIVATE_SH, str(cwd or "."),
+    cmd = ["runuser", "-u", user, "--", "env", "-i", *env, "sh", "-c", PRIVATE_SH, str(cwd or ""),
            *private.values()]
     # a session of its own and no terminal: the user's code (an instructor's nbgrader_config.py runs
     # here) must not reach root's terminal, where TIOCSTI would type commands into root's shell.

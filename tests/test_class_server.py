@@ -857,8 +857,8 @@ def test_torch_compile_writes_nothing_where_another_student_can_read(klass):
     subprocess.run(["rm", "-rf", str(trap)])
     try:
         _sh(klass, mallory, 'mkdir -m 0777 "$1" && chmod 0777 "$1"', str(trap))
-        out = _sh(klass, bob, 'python -c "$1"', COMPILE, timeout=600).stdout
         pw = pwd.getpwnam(bob)
+        out = _sh(klass, bob, 'python -c "$1"', COMPILE, cwd=Path(pw.pw_dir), timeout=600).stdout
         assert list(trap.iterdir()) == []
         assert out.strip().splitlines()[-1] == str(Path(pw.pw_dir) / ".tmp")
         cache = Path(pw.pw_dir) / ".cache" / "torchinductor"
