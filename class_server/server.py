@@ -1,6 +1,7 @@
 """Bring the class server up and down (see the package's docstring for the layout)."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import grp
 import io
@@ -117,6 +118,18 @@ def put_in_place(staged: Path, dest: Path, staging: Path) -> None:
 # The roster
 # ------------------------------------------------------------------------------------------------
 
+def _uid_min() -> int:
+    """The first uid of a person's account here (/etc/login.defs' UID_MIN; 1000 if unread)."""
+    try:
+        for line in Path("/etc/login.defs").read_text().splitlines():
+            f = line.split()
+            if len(f) >= 2 and f[0] == "UID_MIN":
+                return int(f[1])
+    except (OSError, ValueError):
+        pass
+    return 1000
+
+
 def read_roster(path: Path) -> list[dict]:
     """``id,first_name,last_name[,email][,role]`` (nbgrader's roster columns plus ``role``:
     ``student``, the default, or ``instructor``); ``id`` is the unix user name."""
@@ -134,6 +147,15 @@ def read_roster(path: Path) -> list[dict]:
         people.append({"id": uid, "first_name": (r.get("first_name") or "").strip(),
                        "last_name": (r.get("last_name") or "").strip(), "email": (r.get("email") or "").strip(),
                        "role": role})
+    uid_min = _uid_min()
+    for p in people:
+        try:
+            pw = pwd.getpwnam(p["id"])
+        except KeyError:
+            continue
+        if pw.pw_uid < uid_min:  # root, daemon, www-data...: `up` would give it a hub login and a server
+            raise ClassError(f"{path}: {p['id']} is a system account of this machine (uid {pw.pw_uid}, below "
+                             f"UID_MIN {uid_min}): not a person of the class; rename the row")
     ids = [p["id"] for p in people]
     if len(set(ids)) != len(ids):
         raise ClassError(f"{path}: a user name appears twice")
@@ -203,6 +225,15 @@ def remove_accounts(users: list[str], group: str | None) -> None:
         subprocess.run(["groupdel", group], capture_output=True)
 
 
+#: as the user, before their command: make each of the folders given (0700), refuse one that is not a
+#: folder of theirs (a link, another's), then cd to $0 (unless empty) and run the command after the "--"
+PRIVATE_SH = (
+    'cwd="$0"; while [ "$1" != -- ]; do '
+    '(umask 077 && mkdir -p -- "$1") && [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && chmod 700 -- "$1" '
+    '|| { echo "class_server: $1 is not a folder of $(id -un) only: not run" >&2; exit 126; }; shift; done; '
+    'shift; if [ -n "$cwd" ]; then cd "$cwd" || exit 126; fi; exec "$@"')
+
+
 def as_user(user: str, argv: list[str], class_dir: Path, cwd: Path | None = None, timeout: float = 600,
             input: str | None = None) -> subprocess.CompletedProcess:
     """Run ``argv`` as ``user`` with the environment the hub gives that user's server (their HOME,
@@ -215,13 +246,34 @@ def as_user(user: str, argv: list[str], class_dir: Path, cwd: Path | None = None
            "JUPYTER_CONFIG_PATH=" + str(Path(cfg["etc"]) / role)]
     if role == "instructor":  # the course's code, which its nbgrader_config.py names (as the hub does)
         env.append("PYTHONPATH=" + cfg["course"])
-    cmd = ["runuser", "-u", user, "--", "env", "-i", *env]
-    if cwd is not None:
-        cmd += ["sh", "-c", 'cd "$0" && exec "$@"', str(cwd)]
+    # the user's own TMPDIR and torch.compile/Triton caches in their home, 0700 (as the hub's spawner
+    # gives their server): made by the user's own shell, each checked to be a folder of theirs
+    from class_server.spawner import private_env
+
+    private = private_env(pw.pw_dir)
+    env += [f"{k}={v}" for k, v in private.items()]
+    cmd = ["runuser", "-u", user, "--", "env", "-i", *env, "sh", "-c", PRIVATE_SH, str(cwd or ""),
+           *private.values()]
     # a session of its own and no terminal: the user's code (an instructor's nbgrader_config.py runs
-    # here) must not reach root's terminal, where TIOCSTI would type commands into root's shell
-    return subprocess.run(cmd + list(argv), capture_output=True, text=True, timeout=timeout, input=input,
-                          stdin=subprocess.DEVNULL if input is None else None, start_new_session=True)
+    # here) must not reach root's terminal, where TIOCSTI would type commands into root's shell.
+    # Output to files, not pipes: a process the command leaves behind (the user's code may start
+    # one) would hold a pipe open, and reading it to its end would wait for that process.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd + ["--", *argv], stdout=out, stderr=err, start_new_session=True,
+                                stdin=subprocess.DEVNULL if input is None else subprocess.PIPE)
+        try:
+            proc.communicate(input=None if input is None else input.encode(), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            err.seek(0)
+            raise ClassError(f"{' '.join(argv)} (as {user}) did not finish within {timeout:g} s and was "
+                             f"stopped; its last output:\n{err.read()[-2000:].decode(errors='replace')}") from None
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -675,6 +727,10 @@ def check_limits() -> None:
         raise ClassError(f"{e}\n(for the class server: `up --no-limits` starts it without limits per user)") from None
 
 
+#: seconds `up` gives `nbgrader db student import` (run as the first instructor, with the course's config)
+IMPORT_TIMEOUT = 600
+
+
 def up(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 8000, group: str = "resnorm-instructors",
        wait: float = 180, limits: dict | None = None) -> dict:
     """Lay out the class (:func:`prepare`) and start JupyterHub."""
@@ -757,7 +813,8 @@ def prepare(roster: Path, class_dir: Path, ip: str = "127.0.0.1", port: int = 80
     if os.path.lexists(gradebook) and not stat.S_ISREG(os.lstat(gradebook).st_mode):
         raise ClassError(f"{gradebook} is not a regular file (a symbolic link?): not touched; remove it "
                          f"(or put the real gradebook there) and run `up` again")
-    proc = as_user(instructors[0], ["nbgrader", "db", "student", "import", "roster.csv"], class_dir, cwd=course)
+    proc = as_user(instructors[0], ["nbgrader", "db", "student", "import", "roster.csv"], class_dir, cwd=course,
+                   timeout=IMPORT_TIMEOUT)
     if proc.returncode != 0:
         raise ClassError(f"nbgrader db student import failed:\n{proc.stdout}{proc.stderr}")
     secure_chown(gradebook, -1, gid, 0o660)
@@ -865,6 +922,28 @@ def hub_cgroups(pid: int) -> list[Path]:
     return found
 
 
+#: the folders every user may write, where a removed account's files would stay
+SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def remove_files_of(uids: set[int]) -> tuple[int, int]:
+    """Delete what the users ``uids`` own in :data:`SHARED_TMP` (find: its own file system only,
+    never following a link, deepest first). Returns (removed, left)."""
+    removed = left = 0
+    for top in SHARED_TMP:
+        if not os.path.isdir(top) or os.path.islink(top):
+            continue
+        who = []
+        for uid in sorted(uids):
+            who += (["-o"] if who else []) + ["-uid", str(uid)]
+        proc = subprocess.run(["find", top, "-xdev", "-mindepth", "1", "-depth", "(", *who, ")", "-print0",
+                               "-delete"], capture_output=True, stdin=subprocess.DEVNULL)
+        failed = proc.stderr.count(b"cannot delete")
+        removed += proc.stdout.count(b"\0") - failed
+        left += failed
+    return removed, left
+
+
 def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeout: float = 30) -> list[str]:
     """Stop the hub (which stops every user's server), then every process left of the class's
     users; optionally remove the accounts ``up`` created, and the whole class folder. Says what it
@@ -930,9 +1009,15 @@ def down(class_dir: Path, remove_users: bool = False, purge: bool = False, timeo
         said(f"removed the instructors' profile {profile}")
     if remove_users:
         users = [u for u in state.get("created_users", []) if user_exists(u)]
+        gone_uids = {pwd.getpwnam(u).pw_uid for u in users} - {0}
         remove_accounts(users, state.get("created_group"))
         said(f"removed {len(users)} account{'' if len(users) == 1 else 's'} `up` had created, with their homes"
              + (f": {', '.join(users)}" if users else ""))
+        if gone_uids:
+            removed_n, left_n = remove_files_of(gone_uids)
+            said(f"removed {removed_n} file{'' if removed_n == 1 else 's'} and folders of those accounts in "
+                 f"{', '.join(SHARED_TMP)} (a later account with the same uid would own them)"
+                 + (f"; {left_n} could not be removed (folders holding others' files): look at them" if left_n else ""))
         if state.get("created_group"):
             said(f"removed the group {state['created_group']}")
         checkout, mode = state.get("checkout"), state.get("checkout_mode")

@@ -24,12 +24,20 @@ submission inside their own (``python -m autograder grade`` without ``--no-cgrou
 files stay root's, so the user's own limits cannot be raised, and the kernel keeps every child
 inside them.
 
+Each server gets folders of its own for temporary files and compiled code (:data:`PRIVATE_DIRS`:
+``TMPDIR``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``), in the user's home, mode 0700, made by
+the server's process itself once it is the user (:func:`make_private_dirs`). torch.compile's default
+is ``/tmp/torchinductor_<user>``, which it neither checks the owner of nor makes private (0755): another
+student could read the compiled kernels (the student's code), or make that folder first, 0777.
+
 Each server's port comes from :func:`server_port`, below the kernel's ephemeral range and never one
 this hub has handed to a server still running. JupyterHub's own choice (``random_port``: bind port
 0, close, hand the number on) lets two servers started at once get the same port, or an outgoing
 connection take it first; the hub then finds *another* user's server on that port, calls the new one
 ready, and the user's requests meet that other server's 404 (jupyterhub/batchspawner#58 saw the
-same with 30 students on one node).
+same with 30 students on one node). Those ports are public: a student can bind them all. Every one
+is tried, then another free port is taken, and the hub's log names who holds the range (by the
+uid of each socket, :func:`port_holders`); a start fails only when no port is free at all.
 """
 from __future__ import annotations
 
@@ -39,8 +47,10 @@ import os
 import pwd
 from pathlib import Path
 
+import itertools
 import random
 import socket
+import struct
 
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Bool, Float, Integer
@@ -49,6 +59,51 @@ try:
     import class_server_cgroups as cgroups  # the copy in the class's Python
 except ImportError:  # pragma: no cover - from a checkout
     from autograder.sandbox import cgroups
+
+
+#: each user's own folders, relative to their home (0700): what torch.compile, Triton and every
+#: ``tempfile`` user would otherwise put in a folder of /tmp that anyone can name, or make, first
+PRIVATE_DIRS = {"TMPDIR": ".tmp", "TORCHINDUCTOR_CACHE_DIR": ".cache/torchinductor", "TRITON_CACHE_DIR": ".cache/triton"}
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def private_env(home: str) -> dict[str, str]:
+    """The environment naming a user's :data:`PRIVATE_DIRS` (their home ``home``)."""
+    return {k: os.path.join(home, v) for k, v in PRIVATE_DIRS.items()}
+
+
+def make_private_dirs(home: str) -> None:
+    """Make the :data:`PRIVATE_DIRS` below ``home``, as the user (after setuid): each component made
+    0700 if missing, opened without following a link, and refused unless it is a folder of this user's
+    own; each folder's mode is then set to 0700. A :class:`PermissionError` says which one is not."""
+    uid = os.getuid()
+    top = os.open(home, _DIR)
+    try:
+        if os.fstat(top).st_uid != uid:
+            raise PermissionError(f"{home} is not this user's own folder (uid {uid})")
+        for rel in PRIVATE_DIRS.values():
+            fd = os.dup(top)
+            try:
+                path = home
+                for name in rel.split("/"):
+                    path = os.path.join(path, name)
+                    try:
+                        os.mkdir(name, 0o700, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    try:
+                        sub = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+                    except OSError as e:
+                        raise PermissionError(f"{path} is not a folder ({e.strerror}; a symbolic link?)") from None
+                    os.close(fd)
+                    fd = sub
+                    if os.fstat(fd).st_uid != uid:
+                        raise PermissionError(f"{path} is not this user's own folder")
+                os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(top)
 
 
 #: the servers' ports now handed out by this hub (one process, one event loop: no lock needed)
@@ -64,26 +119,147 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
-def server_port(ip: str = "127.0.0.1", span: int = 4096, tries: int = 200) -> int:
+def _tcp_sockets_netlink() -> list[tuple[int, int, int]]:
+    """(state, local port, owner uid) of every TCP socket of this network namespace, IPv4 and IPv6,
+    from the kernel's sock_diag (netlink): listening, connected, and (Linux 6.8 on) bound only."""
+    out = []
+    for family in (socket.AF_INET, socket.AF_INET6):
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4) as s:  # NETLINK_SOCK_DIAG
+            req = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + bytes(48)
+            s.sendto(struct.pack("=IHHII", 16 + len(req), 20, 0x301, 1, 0) + req, (0, 0))  # SOCK_DIAG_BY_FAMILY, dump
+            s.settimeout(5)
+            done = False
+            while not done:
+                data, off = s.recv(1 << 16), 0
+                while off + 16 <= len(data):
+                    length, kind = struct.unpack_from("=IH", data, off)
+                    if kind == 3:  # NLMSG_DONE
+                        done = True
+                        break
+                    if kind == 2:  # NLMSG_ERROR
+                        raise OSError(-struct.unpack_from("=i", data, off + 16)[0], "sock_diag refused")
+                    state = data[off + 17]
+                    port = struct.unpack_from(">H", data, off + 20)[0]
+                    uid = struct.unpack_from("=I", data, off + 80)[0]
+                    out.append((state, port, uid))
+                    off += (length + 3) & ~3
+    return out
+
+
+def _tcp_sockets_proc() -> list[tuple[int, int, int]]:
+    """The same from /proc/net/tcp and tcp6 (which list no socket that is only bound)."""
+    out = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            try:
+                out.append((int(f[3], 16), int(f[1].rsplit(":", 1)[1], 16), int(f[7])))
+            except (IndexError, ValueError):
+                continue
+    return out
+
+
+#: TCP states of a socket that holds its local port for itself: listening, closed but bound (the
+#: kernel's sock_diag reports bound-only sockets as TCP_CLOSE, or TCP_BOUND_INACTIVE)
+_HOLDING = {7, 10, 13}
+
+
+def port_holders(first: int, end: int) -> dict[int, int]:
+    """uid -> how many ports in ``first..end-1`` that user's TCP sockets hold (listening or bound)."""
+    try:
+        sockets = _tcp_sockets_netlink()
+    except OSError:
+        sockets = _tcp_sockets_proc()
+    ports: dict[int, set[int]] = {}
+    for state, port, uid in sockets:
+        if state in _HOLDING and first <= port < end:
+            ports.setdefault(uid, set()).add(port)
+    return {uid: len(p) for uid, p in sorted(ports.items(), key=lambda kv: -len(kv[1]))}
+
+
+def _who(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def describe_holders(first: int, end: int, most: int = 5) -> str:
+    """Who holds the ports of ``first..end-1``: "alice (uid 1001) holds 4095, ..." (the top ``most``)."""
+    held = port_holders(first, end)
+    if not held:
+        return f"no socket of this machine's users holds a port in {first}..{end - 1} now"
+    names = [f"{_who(uid)} holds {n}" for uid, n in list(held.items())[:most]]
+    rest = len(held) - most
+    return (f"ports in {first}..{end - 1} held by: " + ", ".join(names)
+            + (f", and {rest} other user{'s' if rest > 1 else ''}" if rest > 0 else ""))
+
+
+def _bind_free(ip: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((ip or "127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def _kernel_port(ip: str, tries: int) -> int:
+    """A free port the kernel picks (bind 0: in the ephemeral range, where an outgoing connection may
+    take it before the server binds it), none this hub handed out; 0 if there is none."""
+    for _ in range(tries):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((ip or "127.0.0.1", 0))
+            except OSError:
+                return 0
+            if s.getsockname()[1] not in _PORTS_TAKEN:
+                return s.getsockname()[1]
+    return 0
+
+
+def server_port(ip: str = "127.0.0.1", span: int = 4096, tries: int = 200, log=None) -> int:
     """A port for a user's server: in the ``span`` ports just below the ephemeral range (which
     bind(0) and outgoing connections never use), none this hub has handed to a running server, and
-    free now (a bind to it succeeds). Give it back with :func:`release_port`."""
+    free now (a bind to it succeeds). Give it back with :func:`release_port`.
+
+    Every port of that range is tried before any other (random draws first, then each in turn).
+    When none is free (a user can bind them all: they are public), the users whose sockets hold them
+    are named in a warning on ``log``, and the port is any other free one (a random one outside the
+    ephemeral range, else one the kernel picks with bind(0)); only when there is none at all is it a
+    :class:`RuntimeError`, which names them too (JupyterHub shows it as the start's error)."""
     low, high = ephemeral_range()
     first, end = max(1024, low - span), low
     if first >= end:  # the ephemeral range starts at 1024 or below: the ports above it, else any
         first, end = (high + 1, min(65536, high + 1 + span)) if high < 65535 else (1024, 65536)
     for _ in range(tries):
         port = random.randrange(first, end)
-        if port in _PORTS_TAKEN:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((ip or "127.0.0.1", port))
-            except OSError:
-                continue
-        _PORTS_TAKEN.add(port)
-        return port
-    raise RuntimeError(f"no free port for a user's server in {first}..{end - 1} after {tries} tries")
+        if port not in _PORTS_TAKEN and _bind_free(ip, port):
+            _PORTS_TAKEN.add(port)
+            return port
+    start = random.randrange(first, end)
+    for port in itertools.chain(range(start, end), range(first, start)):
+        if port not in _PORTS_TAKEN and _bind_free(ip, port):
+            _PORTS_TAKEN.add(port)
+            return port
+    who = describe_holders(first, end)
+    outside = [p for p in (random.randrange(1024, 65536) for _ in range(tries)) if not low <= p <= high]
+    for port in outside:
+        if port not in _PORTS_TAKEN and _bind_free(ip, port):
+            break
+    else:
+        port = _kernel_port(ip, tries)
+    if not port:
+        raise RuntimeError(f"no free port for a user's server in {first}..{end - 1}, nor any other; {who}")
+    if log is not None:
+        log.warning("No free port for a user's server in %d..%d (%s): using port %d outside it", first, end - 1,
+                    who, port)
+    _PORTS_TAKEN.add(port)
+    return port
 
 
 def release_port(port: int) -> None:
@@ -141,6 +317,8 @@ class LimitedSpawner(LocalProcessSpawner):
         setuid = super().make_preexec_fn(name)
         joins = self._group.join_files() if self._group is not None else []
 
+        home = pwd.getpwnam(name).pw_dir
+
         def preexec():  # in the child, still root: join the group, then become the user
             for f in joins:
                 fd = os.open(f, os.O_WRONLY | os.O_CLOEXEC)
@@ -149,8 +327,15 @@ class LimitedSpawner(LocalProcessSpawner):
                 finally:
                     os.close(fd)
             setuid()
+            make_private_dirs(home)  # as the user: nothing of root's follows a path the user can write
 
         return preexec
+
+    def user_env(self, env):
+        env = super().user_env(env)
+        if env.get("HOME"):
+            env.update(private_env(env["HOME"]))
+        return env
 
     async def progress(self):
         why = self.stopped_why.pop(self.user.name, "")
@@ -165,7 +350,7 @@ class LimitedSpawner(LocalProcessSpawner):
     async def start(self):
         if self.port == 0 or self._ports_ours:
             self._release_port()
-            self.port = self._own_port = server_port(self.ip)
+            self.port = self._own_port = server_port(self.ip, log=self.log)
             self._ports_ours = True
         self._group = self._make_group()
         try:

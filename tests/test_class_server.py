@@ -29,6 +29,7 @@ import datetime
 import json
 import os
 import pwd
+import re
 import secrets
 import stat
 import subprocess
@@ -99,6 +100,79 @@ def test_roster_reads_nbgraders_columns_and_a_role(tmp_path):
         f.write_text(bad)
         with pytest.raises(ClassError, match=why):
             read_roster(f)
+
+
+def test_a_roster_naming_a_system_account_is_refused(tmp_path):
+    """root or daemon in the roster would get a hub login, a server, and (student) the exchange."""
+    from class_server.server import ClassError, read_roster
+
+    f = tmp_path / "roster.csv"
+    for who in ("root", "daemon"):
+        f.write_text(f"id,role\nada,instructor\n{who},student\n")
+        with pytest.raises(ClassError, match=f"{who} is a system account of this machine"):
+            read_roster(f)
+
+
+@pytest.mark.hub
+def test_what_root_runs_as_a_user_waits_for_that_command_only(tmp_path):
+    """A process the command leaves behind holding its output (the instructor's nbgrader_config.py
+    that `up` loads could start one) does not make root wait; a command that does not end is stopped
+    at the timeout with a ClassError (not an uncaught TimeoutExpired after 600 s)."""
+    from class_server.server import ClassError, as_user
+
+    if os.geteuid() != 0:
+        pytest.skip("a real unix account: run as root")
+    user = f"rnas{os.getpid() % 10000}"
+    subprocess.run(["userdel", "-r", user], capture_output=True)
+    subprocess.run(["useradd", "-m", "-s", "/bin/sh", user], check=True, capture_output=True)
+    try:
+        (tmp_path / "hub").mkdir()
+        (tmp_path / "hub" / "class.json").write_text(json.dumps(
+            {"instructors": [user], "venv": str(tmp_path / "venv"), "etc": str(tmp_path / "etc"),
+             "course": str(tmp_path)}))
+        t = time.monotonic()
+        proc = as_user(user, ["sh", "-c", "sleep 60 & echo started"], tmp_path, timeout=30)
+        assert proc.returncode == 0 and proc.stdout == "started\n" and time.monotonic() - t < 20
+        t = time.monotonic()
+        with pytest.raises(ClassError, match="did not finish within 2 s"):
+            as_user(user, ["sh", "-c", "echo waiting >&2; sleep 60"], tmp_path, timeout=2)
+        assert time.monotonic() - t < 20
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+        subprocess.run(["userdel", "-r", user], capture_output=True)
+
+
+@pytest.mark.hub
+def test_down_remove_users_removes_their_files_in_tmp(tmp_path):
+    """A removed account's files in /tmp, /var/tmp and /dev/shm would belong to the next account
+    given its uid (a student of a later class): `down --remove-users` deletes them, and says so."""
+    from class_server import server
+
+    if os.geteuid() != 0:
+        pytest.skip("a real unix account: run as root")
+    user = f"rndn{os.getpid() % 10000}"
+    subprocess.run(["userdel", "-r", user], capture_output=True)
+    subprocess.run(["useradd", "-m", "-s", "/bin/sh", user], check=True, capture_output=True)
+    made = [Path(f"/tmp/{user}-notes.txt"), Path(f"/var/tmp/{user}-dir"), Path(f"/dev/shm/{user}-shm")]
+    other = Path("/tmp") / f"{user}-roots"
+    try:
+        subprocess.run(["runuser", "-u", user, "--", "sh", "-c", 'set -e; echo x > "$1"; mkdir "$2"; echo y > "$2/f"; '
+                        'echo z > "$3"; ln -s /etc/hostname "$4"', "-", *map(str, made), f"/tmp/{user}-link"],
+                       check=True)
+        other.write_text("root's")
+        (tmp_path / "hub").mkdir()
+        (tmp_path / "hub" / "class.json").write_text(json.dumps({"created_users": [user], "students": [user],
+                                                                 "instructors": []}))
+        said = server.down(tmp_path, remove_users=True)
+        assert not any(os.path.lexists(p) for p in made + [Path(f"/tmp/{user}-link")]), said
+        assert other.read_text() == "root's" and Path("/etc/hostname").exists()
+        assert any(re.search(r"removed [5-9]\d* files and folders of those accounts in /tmp, /var/tmp, /dev/shm", s)
+                   for s in said), said
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+        subprocess.run(["userdel", "-r", user], capture_output=True)
+        for p in made + [other, Path(f"/tmp/{user}-link")]:
+            subprocess.run(["rm", "-rf", str(p)])
 
 
 @pytest.mark.hub
@@ -760,3 +834,36 @@ def test_the_instructors_shell(klass):
     proc = subprocess.run(["su", "-", klass["alice"], "-c", 'command -v nbgrader || echo none; echo "$PYTHONPATH"'],
                           capture_output=True, text=True, timeout=60)
     assert state["course"] not in proc.stdout  # a student's shell does not get the course
+
+
+COMPILE = """
+import tempfile, torch
+def layernorm_of_bob(x):
+    m = x.mean(-1, keepdim=True)
+    return (x - m) * torch.rsqrt(((x - m) ** 2).mean(-1, keepdim=True) + 1e-5) * 1.2345
+torch.compile(layernorm_of_bob)(torch.randn(4, 8))
+print(tempfile.gettempdir())
+"""
+
+
+@pytest.mark.hub
+@pytest.mark.slow
+def test_torch_compile_writes_nothing_where_another_student_can_read(klass):
+    """mallory makes /tmp/torchinductor_<bob> first, 0777 (torch.compile's default cache, used whoever
+    owns it); bob compiles a function with torch.compile, with the environment root gives him (as the
+    hub does): nothing lands in mallory's folder, the compiled code is in bob's home, 0700."""
+    bob, mallory = klass["bob"], klass["mallory"]
+    trap = Path(f"/tmp/torchinductor_{bob}")
+    subprocess.run(["rm", "-rf", str(trap)])
+    try:
+        _sh(klass, mallory, 'mkdir -m 0777 "$1" && chmod 0777 "$1"', str(trap))
+        pw = pwd.getpwnam(bob)
+        out = _sh(klass, bob, 'python -c "$1"', COMPILE, cwd=Path(pw.pw_dir), timeout=600).stdout
+        assert list(trap.iterdir()) == []
+        assert out.strip().splitlines()[-1] == str(Path(pw.pw_dir) / ".tmp")
+        cache = Path(pw.pw_dir) / ".cache" / "torchinductor"
+        st = os.lstat(cache)
+        assert stat.S_ISDIR(st.st_mode) and (st.st_uid, stat.S_IMODE(st.st_mode)) == (pw.pw_uid, 0o700)
+        assert any(b"1.2345" in p.read_bytes() for p in cache.rglob("*.py")), "no compiled code in bob's cache"
+    finally:
+        subprocess.run(["rm", "-rf", str(trap)])

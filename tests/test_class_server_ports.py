@@ -94,3 +94,77 @@ def _free(port: int) -> bool:
             return True
         except OSError:
             return False
+
+
+# A student holds every port of the servers' range (the red team's squat.py: binds, never listens;
+# here a third listen too, and some on every address): each one's socket is theirs, by uid.
+SQUAT = """
+import socket, sys
+first, end = int(sys.argv[1]), int(sys.argv[2])
+held = []
+for i, p in enumerate(range(first, end)):
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0" if i % 2 else "127.0.0.1", p))
+    except OSError:
+        s.close()
+        continue
+    if i % 3 == 0:
+        s.listen()
+    held.append(s)
+print(len(held), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture()
+def squatter():
+    import os
+    import pwd
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"):
+        pytest.skip("makes a unix account: needs root, useradd and runuser")
+    user = f"rnsq{os.getpid() % 10000}"
+    subprocess.run(["userdel", "-r", user], capture_output=True)
+    subprocess.run(["useradd", "-m", "-s", "/bin/sh", user], check=True, capture_output=True)
+    procs = []
+
+    def squat(first: int, end: int) -> int:
+        p = subprocess.Popen(["runuser", "-u", user, "--", "/usr/bin/python3", "-c", SQUAT, str(first), str(end)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        return int(p.stdout.readline())
+
+    try:
+        yield user, pwd.getpwnam(user).pw_uid, squat
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(timeout=30)
+        subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+        subprocess.run(["userdel", "-r", user], capture_output=True)
+
+
+def test_a_student_holding_every_port_of_the_range_stops_no_start_and_is_named(monkeypatch, squatter, caplog):
+    import logging
+
+    user, uid, squat = squatter
+    monkeypatch.setattr(sp, "_PORTS_TAKEN", set())
+    low, high = sp.ephemeral_range()
+    first, end = low - 64, low
+    held = squat(first, end)
+    assert held > 0 and not any(_free(p) for p in range(first, end))
+    port = sp.server_port(span=64)  # before: "no free port ... after 200 tries", every start failed
+    assert not first <= port < end and _free(port) and port in sp._PORTS_TAKEN
+    assert sp.port_holders(first, end).get(uid) == held  # bound-only and listening sockets alike
+    log = logging.getLogger("test-ports")
+    with caplog.at_level(logging.WARNING, logger="test-ports"):
+        sp.server_port(span=64, log=log)
+    assert f"{user} (uid {uid}) holds {held}" in caplog.text, caplog.text
+    # with no other port anywhere, the start's error names them too
+    monkeypatch.setattr(sp, "_bind_free", lambda ip, port: False)
+    monkeypatch.setattr(sp, "_kernel_port", lambda ip, tries: 0)
+    with pytest.raises(RuntimeError, match=rf"{user} \(uid {uid}\) holds {held}"):
+        sp.server_port(span=64)

@@ -19,6 +19,10 @@ collects a folder only when
 - with ``CollectApp.check_owner`` (the default), it and everything in it belong (owner uid) to the
   unix user whose name it carries; without it, to the folder's own owner (hard links to another
   user's file are refused either way);
+- it holds at most :data:`MAX_FILES` files and folders together, and each file is copied only up to
+  the size checked: a file that has more bytes than that, or whose size, mtime or ctime changed
+  while it was copied (the student may write it meanwhile: a sparse ``truncate`` to gigabytes costs
+  them nothing), refuses the folder;
 - it holds ``timestamp.txt`` and ``submission_secret.txt`` (``release_feedback`` needs the secret),
   and ``timestamp.txt`` gives the time in its name;
 - that time is not later than the folder's files were last changed (their ``ctime``, which no
@@ -74,7 +78,8 @@ MAX_DEPTH = 16
 #: the largest timestamp.txt or submission_secret.txt taken (a collected copy's timestamp.txt is
 #: parsed again by every later collect: one that does not parse stopped collect for everyone)
 MAX_REQUIRED_BYTES = 256
-#: the most files a submission may hold (each handed-in notebook may get its own feedback page)
+#: the most files and folders a submission may hold together (each handed-in notebook may get its own
+#: feedback page; each folder is one more mkdir and chmod in ``submitted/``, and costs no byte there)
 MAX_FILES = 100
 
 
@@ -91,7 +96,7 @@ class _Walk:
         self.owner, self.coursedir, self.log, self.dest, self.groupshared = owner, coursedir, log, dest, groupshared
         self.ctime = 0.0
         self.size = 0
-        self.files = 0
+        self.files = 0  # files and folders below the submission's own folder
         self.top: dict[str, bytes] = {}  # timestamp.txt and submission_secret.txt, as read
 
     def _check(self, st: os.stat_result, path: str) -> None:
@@ -100,6 +105,11 @@ class _Walk:
             raise Refused(f"{path or 'the folder'} belongs to {who}, not to the submitting user")
         self.ctime = max(self.ctime, st.st_ctime)
 
+    def _count(self) -> None:
+        self.files += 1
+        if self.files > MAX_FILES:  # max_dir_size counts bytes: thousands of empty files or folders cost nothing there
+            raise Refused(f"it holds more than {MAX_FILES} files and folders (a release has a few)")
+
     def folder(self, fd: int, path: str) -> None:
         own = os.fstat(fd)
         if not stat.S_ISDIR(own.st_mode):
@@ -107,6 +117,8 @@ class _Walk:
         if path.count("/") >= MAX_DEPTH:
             raise Refused(f"it nests folders more than {MAX_DEPTH} deep (nbgrader's release has a few levels)")
         self._check(own, path)
+        if path:
+            self._count()
         if self.dest is not None:
             os.mkdir(os.path.join(self.dest, path) if path else self.dest, 0o700)
         for name in sorted(os.listdir(fd)):
@@ -140,9 +152,7 @@ class _Walk:
             raise Refused(f"{path} is not a regular file")
         self._check(st, path)
         self.size += st.st_size
-        self.files += 1
-        if self.files > MAX_FILES:  # max_dir_size counts bytes: thousands of empty files cost nothing there
-            raise Refused(f"it holds more than {MAX_FILES} files (a release has a few)")
+        self._count()
         limit = 1000 * (self.coursedir.max_dir_size or 0)
         if limit and self.size > limit:
             raise Refused(f"larger than CourseDirectory.max_dir_size ({self.coursedir.max_dir_size} kB)")
@@ -163,15 +173,29 @@ class _Walk:
         mode = stat.S_IMODE(st.st_mode) & 0o755 | 0o600 | (0o660 if self.groupshared else 0)
         out = os.open(os.path.join(self.dest, path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         try:
-            while True:
-                chunk = os.read(fd, _CHUNK)
+            # The size checked above, and no more: the student can write the file while it is copied
+            # (a sparse truncate to gigabytes costs them nothing, the copy's disk everything).
+            left = st.st_size
+            while left > 0:
+                chunk = os.read(fd, min(_CHUNK, left))
                 if not chunk:
                     break
                 os.write(out, chunk)
+                left -= len(chunk)
+            after = os.fstat(fd)
+            if left or os.read(fd, 1) or _changed(st, after):
+                raise Refused(f"{path} changed while collect copied it ({st.st_size} bytes when checked, "
+                              f"{after.st_size} after)")
             os.fchmod(out, mode)
             os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
         finally:
             os.close(out)
+
+
+def _changed(before: os.stat_result, after: os.stat_result) -> bool:
+    """Whether a file was written (or its inode changed) between two fstat calls."""
+    return (before.st_size, before.st_mtime_ns, before.st_ctime_ns) != (after.st_size, after.st_mtime_ns,
+                                                                        after.st_ctime_ns)
 
 
 def _known(uid: int) -> bool:
