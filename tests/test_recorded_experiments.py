@@ -5,6 +5,7 @@ and a stale record fails the book build before Jupyter Book runs."""
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 
 import pytest
@@ -23,20 +24,32 @@ def short_record(tmp_path_factory):
     return out, record, lines
 
 
-def test_a_short_run_trains_every_variant_and_records_its_provenance(short_record):
-    out, record, lines = short_record
+def assert_short_record(name, out, record, lines):
+    exp = importlib.import_module(recorded.EXPERIMENTS[name])
     assert recorded.read(out) == record
-    assert set(record["runs"]) == {recorded.key_id(k) for k in charlm_long.runs()}
+    assert set(record["runs"]) == {recorded.key_id(k) for k in exp.runs()}
     for entry in record["runs"].values():
-        assert entry["code_hash"] == recorded.code_hash(MODULE)
-        assert entry["settings"] == charlm_long.SHORT
-        assert entry["result"]["finite"] and entry["result"]["evals"][-1][0] == charlm_long.SHORT["steps"] - 1
+        assert entry["code_hash"] == recorded.code_hash(recorded.EXPERIMENTS[name])
+        assert entry["settings"] == exp.SHORT
+        # the last evaluation is after the last step (charlm labels it steps - 1, beyond.train steps)
+        assert entry["result"]["finite"] and entry["result"]["evals"][-1][0] in (exp.SHORT["steps"] - 1, exp.SHORT["steps"])
         assert {"platform", "cpu", "python", "torch", "torch_threads"} <= set(entry["machine"])
         assert entry["machine"]["torch_threads"] == 1
         assert entry["wall_s"] > 0 and entry["started"] <= entry["finished"]
     # one progress line per run, with the overall count
-    n = len(charlm_long.runs())
+    n = len(exp.runs())
     assert [ln for ln in lines if ln.startswith("[")] and all(f"/{n}]" in ln for ln in lines[1:])
+
+
+def test_a_short_run_trains_every_variant_and_records_its_provenance(short_record):
+    assert_short_record("charlm_long", *short_record)
+
+
+@pytest.mark.parametrize("name", sorted(set(recorded.EXPERIMENTS) - {"charlm_long"}))
+def test_every_other_experiment_still_runs_a_few_steps(name, tmp_path):
+    out, lines = tmp_path / f"{name}.json", []
+    record = recorded.run(name, jobs=2, short=True, out=out, log=lambda *a, **k: lines.append(a[0]))
+    assert_short_record(name, out, record, lines)
 
 
 def test_a_second_run_resumes_and_reruns_nothing(short_record):
@@ -77,14 +90,15 @@ def test_the_code_hash_covers_the_model_and_training_code():
     assert "recorded.py" not in files  # how results are written down does not change them
 
 
-def test_the_committed_record_was_written_by_the_tool_from_todays_code():
-    path = recorded.path_of("charlm_long")
+@pytest.mark.parametrize("name", sorted(recorded.EXPERIMENTS))
+def test_the_committed_record_was_written_by_the_tool_from_todays_code(name):
+    path = recorded.path_of(name)
     text = path.read_text(encoding="utf-8")
     record = json.loads(text)
     # the tool's own formatting, byte for byte: a hand edit that reformats shows
     assert text == json.dumps(record, indent=1, sort_keys=True) + "\n"
     assert record["schema"] == recorded.SCHEMA and record["written_by"] == recorded.WRITER
-    recorded.load("charlm_long")  # every run, today's code hash, today's settings
+    recorded.load(name)  # every run, today's code hash, today's settings
     for entry in record["runs"].values():
         evals = entry["result"]["evals"]
         assert [s for s, _ in evals] == sorted(s for s, _ in evals)

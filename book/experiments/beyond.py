@@ -285,7 +285,8 @@ def angle(a: torch.Tensor, b: torch.Tensor) -> float:
 def train(cfg: Config, steps: int = 300, lr: float = 3e-3, wd: float = 0.1,
           decay_vectors: bool = False, clip: float | None = 1.0, warmup: int = 30, bs: int = 8,
           seed: int = 0, eval_every: int = 50, data=None, spike_at: int | None = None,
-          spike_factor: float = 100.0, model: CharNet | None = None, opt=None, start: int = 0):
+          spike_factor: float = 100.0, model: CharNet | None = None, opt=None, start: int = 0,
+          held_size: int = 64):
     """AdamW (betas 0.9, 0.95), linear warm-up then constant, global-norm clipping at ``clip``.
 
     Records per step: the training loss, the gradient norm before clipping, the largest |attention
@@ -299,7 +300,7 @@ def train(cfg: Config, steps: int = 300, lr: float = 3e-3, wd: float = 0.1,
     if opt is None:
         opt = torch.optim.AdamW(param_groups(model, wd, decay_vectors), lr=lr, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(1000 + seed + start)
-    held = charlm.held_batch(held_ids, cfg.ctx)
+    held = charlm.held_batch(held_ids, cfg.ctx, held_size)
     rec = {k: [] for k in ("loss", "grad_norm", "max_logit", "wq_norm", "wq_turn", "gain")}
     rec["evals"] = []
     for step in range(start, start + steps):

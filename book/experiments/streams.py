@@ -388,15 +388,17 @@ def param_groups(model: StreamNet, wd: float):
 
 
 def train(kind: str, seed: int = 0, steps: int = 250, depth: int = 4, lr: float = 3e-3,
-          wd: float = 0.1, data=None, n_streams: int = 4, **model_kw):
+          wd: float = 0.1, data=None, n_streams: int = 4, bs: int = 8, warmup: int = 30,
+          eval_every: int = 50, held_size: int = 64, **model_kw):
     """Chapter 11's training loop (:func:`book.experiments.beyond.train`: AdamW, betas 0.9 and
-    0.95, 30 warm-up steps, clipping at 1, batches of 8) on a :class:`StreamNet`. The seed sets the
-    initialization and the order of the batches. Returns beyond.train's record."""
+    0.95, by default 30 warm-up steps, clipping at 1, batches of 8) on a :class:`StreamNet`. The
+    seed sets the initialization and the order of the batches. Returns beyond.train's record."""
     data = charlm.corpus() if data is None else data
     cfg = beyond.Config(vocab=len(data[2]), depth=depth, norm="rms")
     model = StreamNet(cfg, kind, n_streams=n_streams, seed=seed, **model_kw)
     opt = torch.optim.AdamW(param_groups(model, wd), lr=lr, betas=(0.9, 0.95))
-    return beyond.train(cfg, steps=steps, lr=lr, wd=wd, seed=seed, data=data, model=model, opt=opt)
+    return beyond.train(cfg, steps=steps, lr=lr, wd=wd, seed=seed, data=data, model=model, opt=opt,
+                        bs=bs, warmup=warmup, eval_every=eval_every, held_size=held_size)
 
 
 def run_all(kinds=KINDS, seeds=(0, 1), steps: int = 250, depth: int = 4, **kw):
