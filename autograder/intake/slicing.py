@@ -651,8 +651,11 @@ _PY_BREAK = re.compile(r"\r\n|\r|\n")
 
 def python_lines(text: str) -> list[str]:
     """``text`` cut into lines where Python's tokenizer cuts it: element ``i`` is line ``i + 1``
-    of the AST's numbering."""
-    return _PY_BREAK.split(text)
+    of the AST's numbering (a break at the very end starts no line, as with ``str.splitlines``)."""
+    lines = _PY_BREAK.split(text)
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def _span(stmt) -> tuple[int, int]:
