@@ -69,8 +69,8 @@ def work(gid, per_item=0, seed=3):
     """A count record (coursekit.checks.scaling.measure's shape): ``per_item`` more lines and ops per
     item of each grown dimension (0: vectorized), with torch's outputs for the counted calls."""
     return [{"dim": dim, "n0": n0, "n1": n1, "seed": seed,
-             "at_n0": {"ops": 7 + per_item * n0, "lines": 200 + per_item * n0, "hot": 1 + per_item * n0},
-             "at_n1": {"ops": 7 + per_item * n1, "lines": 200 + per_item * n1, "hot": 1 + per_item * n1},
+             "at_n0": {"ops": 7 + per_item * n0, "lines": 200 + per_item * n0, "hot": 1 + per_item * n0, "lost": 0},
+             "at_n1": {"ops": 7 + per_item * n1, "lines": 200 + per_item * n1, "hot": 1 + per_item * n1, "lost": 0},
              "out": [scaling._kept(scaling.expected(gid, i, side, seed)) for side in (0, 1)]}
             for i, (dim, n0, n1, _, _) in enumerate(scaling.GROWTH[gid])]
 

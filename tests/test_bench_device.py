@@ -242,7 +242,7 @@ def _served_out(kind, ratio, unavailable=None, compile_s=None):
         times["torch.compile"] = [compile_s] * 9
     out = {"grade_id": "rmsnorm_benchmark", "times": times, "bytes": 1 << 20, "copy": 5e-5, "rounds": 9,
            "allowance": 1e-4, "ping_s": 1e-4, "k": 10, "k_torch": 10,
-           "full": {"ops": 7, "lines": 200, "hot": 1, "shape": [4, 256, 128], "k": 10, "call": 3}}  # one timed call, counted
+           "full": {"ops": 7, "lines": 200, "hot": 1, "lost": 0, "shape": [4, 256, 128], "k": 10, "call": 3}}  # one timed call, counted
     if kind == "cuda":
         out.update(device_type="cuda", device="NVIDIA Test GPU", dtype="bfloat16", unavailable=unavailable or {})
     return out

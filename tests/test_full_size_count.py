@@ -11,6 +11,7 @@ whether a dispatch or function mode is active is flagged by the review (autograd
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,9 +130,9 @@ def test_a_missing_or_malformed_full_size_count_fails():
     gid = "rmsnorm_benchmark"
     from course.solutions import load_reference
     rec = scaling.measure(gid, load_reference("02_rmsnorm"), 3)
-    for bad in (None, {}, {"ops": 7, "lines": "many", "hot": 1, "shape": [4]},
-                {"ops": -1, "lines": 3, "hot": 1, "shape": [4]}, {"ops": 7, "lines": 200, "hot": 1},
-                {"ops": 7, "lines": 200, "shape": [4]}):
+    for bad in (None, {}, {"ops": 7, "lines": "many", "hot": 1, "lost": 0, "shape": [4]},
+                {"ops": -1, "lines": 3, "hot": 1, "lost": 0, "shape": [4]}, {"ops": 7, "lines": 200, "hot": 1, "lost": 0},
+                {"ops": 7, "lines": 200, "lost": 0, "shape": [4]}, {"ops": 7, "lines": 200, "hot": 1, "shape": [4]}):
         with pytest.raises(CheckFailed, match="full-size call of the benchmark is missing or malformed"):
             scaling.judge_full(bad, rec, gid, "RMSNorm", "hint")
 
@@ -178,6 +179,35 @@ def test_the_busiest_line_of_the_solution_and_of_the_right_fixtures_with_loops_i
         rec = scaling.measure(gid, ns, 5)
         hot = max([e[k]["hot"] for e in rec for k in ("at_n0", "at_n1")] + [full_count(gid, ns, 5)["hot"]])
         assert hot <= 2 * sol + 8 < scaling.hot_ceiling(sol), (path.name, hot)
+
+
+@pytest.mark.parametrize("name,gid", [("tracer_dropped_by_recursion.py", "rmsnorm_benchmark"),
+                                      ("tracer_dropped_by_recursion_in_sinkhorn.py", "streams_benchmark")])
+def test_a_count_whose_tracer_was_dropped_mid_call_fails(name, gid):
+    """The eighth red team's route: a RecursionError provoked where the call into the trace function
+    fails makes CPython drop the tracer, and the rest of the call (a loop in numpy) counts nothing. The
+    counter sees its tracer gone when the call returns, and the count stands for nothing."""
+    ns = fixture_ns(FIXTURES / "hostile" / name)
+    rec = scaling.measure(gid, ns, 5)
+    assert any(e[k]["lost"] for e in rec for k in ("at_n0", "at_n1"))
+    with pytest.raises(CheckFailed, match="was switched off during the counted call"):
+        scaling.judge(rec, gid, "code", LOOP_HINT[gid])
+
+
+def test_a_count_is_lost_when_its_tracer_or_its_op_counter_is_gone():
+    from torch.utils._python_dispatch import _pop_mode_temporarily
+    with scaling.Meter() as m:
+        torch.ones(3).sum()
+    assert m.counts["lost"] == 0 and m.counts["ops"] >= 1
+    with scaling.Meter() as m:
+        sys.settrace(None)
+    assert m.counts["lost"] == 1
+    with scaling.Meter() as m:
+        with _pop_mode_temporarily():
+            torch.ones(3).sum()
+    # popped and pushed back within the call: the ops went uncounted and the counter cannot tell; the
+    # review flags code that pops torch's modes (torch internals: test_graded_slice, no_dispatch_hides_a_c_loop)
+    assert m.counts["lost"] == 0 and m.counts["ops"] == 0
 
 
 def test_a_sinkhorn_that_loops_over_a_large_batch_fails_the_counted_matrices():
@@ -251,7 +281,7 @@ def test_the_harness_counts_the_picked_call_from_the_timing_line():
         return wire.unpack_value(f[8:8 + nh], f[8 + nh:8 + nh + nb])
     plain, counted = decode(frames[1]), decode(frames[2])
     assert "work" not in plain and "y" in plain
-    assert set(counted["work"]) == {"ops", "lines", "hot"} and counted["work"]["ops"] == 7, counted["work"]
+    assert set(counted["work"]) == {"ops", "lines", "hot", "lost"} and counted["work"]["ops"] == 7, counted["work"]
 
 
 def test_asking_whether_a_mode_is_active_is_flagged_by_value():

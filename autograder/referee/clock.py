@@ -167,7 +167,7 @@ def measure(gid: str, stdin, ch: Channel, device: str | None = None, draw: int |
                                f"{spec.name} on the benchmark's input (a fresh random input each round)", kind)
             if count is not None:
                 w = rep.get("work")
-                full.update({k_: w[k_] for k_ in ("ops", "lines", "hot") if k_ in w} if isinstance(w, dict) else {})
+                full.update({k_: w[k_] for k_ in ("ops", "lines", "hot", "lost") if k_ in w} if isinstance(w, dict) else {})
             return t
 
         full = {}  # the counts of one full-size call (count_position), judged by scaling.judge_full

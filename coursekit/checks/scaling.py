@@ -37,7 +37,9 @@ largest. The notebook's own check has no grader and no full-size count.
 
 Every counted call is also held to a ceiling from the course's solution on the same call (grader
 side only): its ops and lines (:func:`ceiling`), and ``hot``, the most times one line of Python outside
-torch ran (:data:`HOT_FACTOR`): a loop's body runs once per item however cheap each pass is.
+torch ran (:data:`HOT_FACTOR`): a loop's body runs once per item however cheap each pass is. A count
+taken while the tracer or the op counter was switched off (``lost``: CPython drops a trace function
+that raises) stands for nothing and fails.
 
 What is not counted: work in threads or processes the code starts (the grader's observers see
 those start), and a loop run entirely inside C code (or inside torch's own Python code) with no
@@ -59,6 +61,7 @@ from coursekit.checks import CheckFailed
 # taken when this module is imported, before any student code runs in the grader's sandbox: a
 # notebook that rebinds sys.settrace afterwards does not change what counts the lines
 _settrace, _gettrace = sys.settrace, sys.gettrace
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode  # noqa: E402
 #: torch's own Python code and this module's (the dispatch machinery and the op counter run some of
 #: their lines once per op): not in ``hot``
 _TORCH_DIR, _HERE = os.path.dirname(torch.__file__) + os.sep, __file__
@@ -83,7 +86,7 @@ class Meter:
     ``_serve``). ``counts`` after it is left."""
 
     def __init__(self):
-        self.counter, self.lines, self.hits, self.before = _OpCount(), [0], {}, None
+        self.counter, self.lines, self.hits, self.before, self.lost = _OpCount(), [0], {}, None, 0
 
     def _trace(self, frame, event, arg):
         if frame.f_code in _OWN:
@@ -103,6 +106,10 @@ class Meter:
         return self
 
     def __exit__(self, *exc):
+        # Still counting? CPython drops a trace function that raises (a RecursionError provoked at
+        # the right depth, the eighth red team's route), and a dispatch mode can be popped: either
+        # leaves the rest of the call uncounted, so the count stands for nothing (``lost``).
+        self.lost = int(_gettrace() != self._trace or _current_mode() is not self.counter)
         _settrace(self.before)
         self.counter.__exit__(*exc)
         return False
@@ -111,7 +118,8 @@ class Meter:
     def counts(self) -> dict:
         """``ops``, ``lines``, and ``hot``: how many times the most-run line ran (a loop's body runs
         once per item; vectorized code runs each line a few times whatever the size)."""
-        return {"ops": self.counter.n, "lines": self.lines[0], "hot": max(self.hits.values(), default=0)}
+        return {"ops": self.counter.n, "lines": self.lines[0], "hot": max(self.hits.values(), default=0),
+                "lost": self.lost}
 
 
 class Idle:
@@ -467,10 +475,13 @@ def judge(rec, gid: str, what: str, hint: str) -> None:
         raise CheckFailed(malformed)
     for i, (e, (dim, n0, n1, _, _)) in enumerate(zip(rec, GROWTH[gid])):
         counts = [e.get("at_n0"), e.get("at_n1")]
-        if not all(isinstance(c, dict) and all(type(c.get(k)) is int and c[k] >= 0 for k in ("ops", "lines", "hot"))
+        if not all(isinstance(c, dict) and all(type(c.get(k)) is int and c[k] >= 0 for k in ("ops", "lines", "hot", "lost"))
                    for c in counts) or (e.get("n0"), e.get("n1")) != (n0, n1) or type(e.get("seed")) is not int \
                 or not (isinstance(e.get("out"), list) and len(e["out"]) == 2):
             raise CheckFailed(malformed)
+        for c, n in zip(counts, (n0, n1)):
+            if c["lost"]:
+                raise CheckFailed(_lost(what, f"the counted call with {n} {dim}"))
         for side, (got, n) in enumerate(zip(e["out"], (n0, n1))):
             where = f"your {what}'s output on the benchmark's counted call ({n} {dim}, a fresh random input)"
             if isinstance(got, str):
@@ -520,9 +531,11 @@ def judge_full(full, rec, gid: str, what: str, hint: str) -> None:
     (``autograder/referee/clock.py``); ``rec``: :func:`measure`'s record, already passed by
     :func:`judge`. Code that switches to a loop above the counted sizes is caught here: its small
     calls count flat, its full-size call does not."""
-    if not (isinstance(full, dict) and all(type(full.get(k)) is int and full[k] >= 0 for k in ("ops", "lines", "hot"))
+    if not (isinstance(full, dict) and all(type(full.get(k)) is int and full[k] >= 0 for k in ("ops", "lines", "hot", "lost"))
             and isinstance(full.get("shape"), list) and all(type(n) is int for n in full["shape"])):
         raise CheckFailed("the count of your code's work on one full-size call of the benchmark is missing or malformed")
+    if full["lost"]:
+        raise CheckFailed(_lost(what, f"one grader-timed call on the full input ({'x'.join(map(str, full['shape']))})"))
     sides = [(e[key], i, side) for i, e in enumerate(rec) for side, key in enumerate(("at_n0", "at_n1"))]
     for k, unit in (("ops", "torch ops"), ("lines", "Python lines")):
         c, i, side = max(sides, key=lambda t: t[0][k])
@@ -536,6 +549,14 @@ def judge_full(full, rec, gid: str, what: str, hint: str) -> None:
                 f"ops, and at most {full_allowed(c[k], k)} {unit} are allowed: the work of a full-size call grew. "
                 f"Vectorized code runs the same lines and ops whatever the size. {hint[:1].upper() + hint[1:]}.")
     _too_hot(gid, full, f"on the benchmark's full-size input ({'x'.join(map(str, full['shape']))})", what, hint)
+
+
+def _lost(what: str, where: str) -> str:
+    return (f"the benchmark's counter of your {what}'s work was switched off during {where}: its line tracer "
+            "was gone, or its op counter no longer on torch's dispatch stack, when the call returned (Python "
+            "drops a trace function that raises, for example a RecursionError provoked deep in a call), so the "
+            "work of that call could not be counted. Code that leaves sys.settrace and torch's dispatch modes "
+            "alone is counted as usual.")
 
 
 def _numbers(gid: str, entry: int, side: int) -> int:
