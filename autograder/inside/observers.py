@@ -48,6 +48,9 @@ EVENTS = frozenset({
     "object.__getattr__", "object.__setattr__", "object.__delattr__", "compile", "exec", "import",
     "sys.settrace", "sys.setprofile", "sys.addaudithook", "os.fork", "os.forkpty", "os.posix_spawn",
     "os.exec", "os.system", "subprocess.Popen", "resnorm.nonce", "function.__new__", "code.__new__",
+    # another interpreter in this process: its own thread state, so no tracer, op counter or audit hook
+    # of this one sees the code it runs (the tenth red team's per-row loop in _xxsubinterpreters)
+    "cpython.PyInterpreterState_New",
 })
 #: events judged by their direct caller (stdlib's own uses, e.g. logging's frame look-up,
 #: dataclasses' and namedtuple's exec, are not the student's); inspect/traceback are stepped over
@@ -85,6 +88,7 @@ class Observers:
         self._baseline = {}
         self._block = None
         self._started = {}  # the hook's own copy of coursekit.checks.threads.STARTED
+        self._starts = [0]  # the hook's own count of thread starts (coursekit.checks.threads.STARTS)
         self._wrapped = []  # (owner, name) of the functions watch_op_records put wrappers in place of
 
     # ---------------------------------------------------------------- the audit hook
@@ -150,7 +154,9 @@ class Observers:
             stdlib = fn.startswith("<frozen ") or (fn.startswith(self._stdlib) and "-packages" not in fn)
             if not stdlib:
                 return None
-            if direct and not fn.endswith(("inspect.py", "traceback.py", "linecache.py")):
+            # modules that hand frames to their caller (bdb and pdb: the debuggers' get_stack) read them
+            # on its behalf, so their reads are the caller's (the ninth red team's bdb.Bdb().get_stack)
+            if direct and not fn.endswith(("inspect.py", "traceback.py", "linecache.py", "bdb.py", "pdb.py")):
                 return None
             f = f.f_back
         return None
@@ -273,7 +279,7 @@ class Observers:
             from coursekit.checks import threads
             public = threads.STARTED or {}
             if any(public.get(i) != v for i, v in self._started.items()) or \
-                    any(i not in self._started for i in public):
+                    any(i not in self._started for i in public) or threads.STARTS != self._starts:
                 problems.append("the record of who started each thread was changed")
         except Exception:  # noqa: BLE001
             problems.append("the record of who started each thread could not be read")
@@ -299,8 +305,8 @@ class Observers:
         import threading
 
         from coursekit.checks import threads
-        started, mine = {}, self._started
-        threads.STARTED = started
+        started, mine, count = {}, self._started, [0]
+        threads.STARTED, threads.STARTS = started, count
         original = threading.Thread.start
         me = self
 
@@ -310,6 +316,8 @@ class Observers:
             if not student:
                 student = threads._carries_student_code([getattr(thread, "_target", None),
                                                          getattr(thread, "_args", ()), thread])
+            count[0] += 1
+            me._starts[0] += 1
             original(thread)
             started[thread.ident] = mine[thread.ident] = student
             if where is not None:

@@ -53,7 +53,9 @@ REVIEW_MODULES = frozenset({
     "tempfile", "glob", "fcntl", "mmap", "resource", "signal", "faulthandler", "atexit", "threading", "_thread",
     "multiprocessing", "concurrent", "subprocess", "pty", "socket", "asyncio", "selectors", "pickle", "dill",
     "cloudpickle", "marshal", "shelve", "builtins", "__builtin__", "types", "code", "codeop", "runpy",
-    "pkgutil", "zipimport", "linecache", "dis", "traceback", "weakref", "copyreg", "_warnings",
+    "pkgutil", "zipimport", "linecache", "dis", "traceback", "weakref", "copyreg", "_warnings", "bdb", "pdb",
+    "trace", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters", "_interpchannels", "_interpqueues",
+    "interpreters",
     "coursekit", "course", "autograder", "book", "tools", "IPython", "ipykernel", "jupyter_client",
 })
 #: modules of the review list that only show things (a figure, Markdown): importing them is fine
@@ -71,6 +73,8 @@ REVIEW_ATTRS = {
     "f_globals": "a frame's globals", "f_locals": "a frame's locals", "f_back": "the calling frame",
     "f_builtins": "a frame's builtins", "gi_frame": "a generator's frame", "cr_frame": "a coroutine's frame",
     "tb_frame": "a traceback's frame", "_getframe": "the interpreter's frames",
+    "f_trace": "switching a frame's tracing", "f_trace_lines": "switching a frame's tracing",
+    "f_trace_opcodes": "switching a frame's tracing",
     "_C": "torch's C internals", "_execution_engine": "autograd's engine",
     "_enable_record_function": "switching torch's op records off", "_clear_callbacks": "switching torch's op records off",
     "DisableTorchFunction": "switching torch's function modes off", "_disable_torch_function": "torch internals",

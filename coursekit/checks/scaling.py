@@ -39,10 +39,10 @@ Every counted call is also held to a ceiling from the course's solution on the s
 side only): its ops and lines (:func:`ceiling`), and ``hot``, the most times one line of Python outside
 torch ran (:data:`HOT_FACTOR`): a loop's body runs once per item however cheap each pass is. A count
 taken while the tracer or the op counter was switched off (``lost``: CPython drops a trace function
-that raises) stands for nothing and fails.
+that raises), or during which a thread was started (its work is in another thread, which neither
+counter sees), stands for nothing and fails.
 
-What is not counted: work in threads or processes the code starts (the grader's observers see
-those start), and a loop run entirely inside C code (or inside torch's own Python code) with no
+What is not counted: work in processes the code starts (the grader's observers see those start), and a loop run entirely inside C code (or inside torch's own Python code) with no
 Python line of its own per item.
 """
 from __future__ import annotations
@@ -57,6 +57,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from coursekit.checks import CheckFailed
+from coursekit.checks import threads as _threads
 
 # taken when this module is imported, before any student code runs in the grader's sandbox: a
 # notebook that rebinds sys.settrace afterwards does not change what counts the lines
@@ -87,6 +88,7 @@ class Meter:
 
     def __init__(self):
         self.counter, self.lines, self.hits, self.before, self.lost = _OpCount(), [0], {}, None, 0
+        self.starts = 0
 
     def _trace(self, frame, event, arg):
         if frame.f_code in _OWN:
@@ -101,6 +103,7 @@ class Meter:
 
     def __enter__(self):
         self.before = _gettrace()
+        self.starts = _threads.STARTS[0]
         self.counter.__enter__()
         _settrace(self._trace)
         return self
@@ -109,7 +112,11 @@ class Meter:
         # Still counting? CPython drops a trace function that raises (a RecursionError provoked at
         # the right depth, the eighth red team's route), and a dispatch mode can be popped: either
         # leaves the rest of the call uncounted, so the count stands for nothing (``lost``).
-        self.lost = int(_gettrace() != self._trace or _current_mode() is not self.counter)
+        # A thread started during the call (and perhaps joined before it returns) does work that neither
+        # the tracer nor the op counter, both per thread, sees (the ninth red team's QueueListener): the
+        # grader's observers count every start (coursekit.checks.threads.STARTS).
+        self.lost = int(_gettrace() != self._trace or _current_mode() is not self.counter
+                        or _threads.STARTS[0] != self.starts)
         _settrace(self.before)
         self.counter.__exit__(*exc)
         return False
@@ -553,10 +560,11 @@ def judge_full(full, rec, gid: str, what: str, hint: str) -> None:
 
 def _lost(what: str, where: str) -> str:
     return (f"the benchmark's counter of your {what}'s work was switched off during {where}: its line tracer "
-            "was gone, or its op counter no longer on torch's dispatch stack, when the call returned (Python "
-            "drops a trace function that raises, for example a RecursionError provoked deep in a call), so the "
-            "work of that call could not be counted. Code that leaves sys.settrace and torch's dispatch modes "
-            "alone is counted as usual.")
+            "was gone, its op counter no longer on torch's dispatch stack, or a thread had been started, when "
+            "the call returned (Python drops a trace function that raises, for example a RecursionError provoked "
+            "deep in a call; the counter sees only the calling thread), so the work of that call could not be "
+            "counted. Code that leaves sys.settrace and torch's dispatch modes alone and starts no thread in its "
+            "forward is counted as usual.")
 
 
 def _numbers(gid: str, entry: int, side: int) -> int:

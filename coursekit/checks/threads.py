@@ -23,6 +23,10 @@ import types
 #: thread ident -> True (started by the student's code) / False (by library code): the grader's
 #: observers fill it; ``None``: nobody records thread starts in this process
 STARTED: dict | None = None
+#: how many threads ``threading.Thread.start`` has started since the observers began watching (one
+#: number, kept by the same wrapper; the benchmark's counter reads it before and after a counted call,
+#: whose work in a thread started meanwhile it cannot count, :class:`coursekit.checks.scaling.Meter`)
+STARTS: list = [0]
 #: thread ident -> where in the notebook the student's code started it ("cell, line N"), filled by
 #: the grader's observers; a thread's name in :func:`foreign_threads` carries it
 WHERE: dict = {}
