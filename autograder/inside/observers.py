@@ -89,6 +89,7 @@ class Observers:
         self._block = None
         self._started = {}  # the hook's own copy of coursekit.checks.threads.STARTED
         self._starts = [0]  # the hook's own count of thread starts (coursekit.checks.threads.STARTS)
+        self._starts_public = None  # the list object coursekit.checks.threads.STARTS must stay
         self._wrapped = []  # (owner, name) of the functions watch_op_records put wrappers in place of
 
     # ---------------------------------------------------------------- the audit hook
@@ -279,7 +280,8 @@ class Observers:
             from coursekit.checks import threads
             public = threads.STARTED or {}
             if any(public.get(i) != v for i, v in self._started.items()) or \
-                    any(i not in self._started for i in public) or threads.STARTS != self._starts:
+                    any(i not in self._started for i in public) or threads.STARTS != self._starts \
+                    or (self._starts_public is not None and threads.STARTS is not self._starts_public):
                 problems.append("the record of who started each thread was changed")
         except Exception:  # noqa: BLE001
             problems.append("the record of who started each thread could not be read")
@@ -307,6 +309,7 @@ class Observers:
         from coursekit.checks import threads
         started, mine, count = {}, self._started, [0]
         threads.STARTED, threads.STARTS = started, count
+        self._starts_public = count
         original = threading.Thread.start
         me = self
 

@@ -42,8 +42,9 @@ taken while the tracer or the op counter was switched off (``lost``: CPython dro
 that raises), or during which a thread was started (its work is in another thread, which neither
 counter sees), stands for nothing and fails.
 
-What is not counted: work in processes the code starts (the grader's observers see those start), and a loop run entirely inside C code (or inside torch's own Python code) with no
-Python line of its own per item.
+What is not counted: work in processes the code starts (the grader's observers see those start),
+and a loop run entirely inside C code (or inside torch's own Python code) with no Python line of its
+own per item.
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ from typing import NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode
 
 from coursekit.checks import CheckFailed
 from coursekit.checks import threads as _threads
@@ -62,7 +64,6 @@ from coursekit.checks import threads as _threads
 # taken when this module is imported, before any student code runs in the grader's sandbox: a
 # notebook that rebinds sys.settrace afterwards does not change what counts the lines
 _settrace, _gettrace = sys.settrace, sys.gettrace
-from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode  # noqa: E402
 #: torch's own Python code and this module's (the dispatch machinery and the op counter run some of
 #: their lines once per op): not in ``hot``
 _TORCH_DIR, _HERE = os.path.dirname(torch.__file__) + os.sep, __file__
@@ -82,7 +83,8 @@ class _OpCount(TorchDispatchMode):
 
 class Meter:
     """Counts the work of what runs while it is entered: ``ops`` (torch ops dispatched) and ``lines``
-    (Python lines run, in every frame opened meanwhile), the same two numbers for the counted calls
+    (Python lines run, in every frame opened meanwhile), with ``hot`` and ``lost`` (see
+    :attr:`counts`), the same numbers for the counted calls
     of :func:`work` and for the grader-timed call at full size (``autograder/inside/harness.py``,
     ``_serve``). ``counts`` after it is left."""
 
@@ -123,8 +125,9 @@ class Meter:
 
     @property
     def counts(self) -> dict:
-        """``ops``, ``lines``, and ``hot``: how many times the most-run line ran (a loop's body runs
-        once per item; vectorized code runs each line a few times whatever the size)."""
+        """``ops``, ``lines``, ``hot``: how many times the most-run line ran (a loop's body runs once
+        per item; vectorized code runs each line a few times whatever the size), and ``lost``: 1 when
+        the counters were off or a thread was started during the call (the count stands for nothing)."""
         return {"ops": self.counter.n, "lines": self.lines[0], "hot": max(self.hits.values(), default=0),
                 "lost": self.lost}
 
