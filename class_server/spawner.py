@@ -172,7 +172,7 @@ def port_holders(first: int, end: int) -> dict[int, int]:
     """uid -> how many ports in ``first..end-1`` that user's TCP sockets hold (listening or bound)."""
     try:
         sockets = _tcp_sockets_netlink()
-    except OSError:
+    except (OSError, struct.error, IndexError):  # no sock_diag here, or a reply this parser does not read
         sockets = _tcp_sockets_proc()
     ports: dict[int, set[int]] = {}
     for state, port, uid in sockets:
