@@ -218,14 +218,7 @@ def test_a_sinkhorn_that_loops_over_a_large_batch_fails_the_counted_matrices():
         scaling.judge(rec, gid, "sinkhorn_knopp", LOOP_HINT[gid])
     largest = max(n1 for dim, _, n1, _, _ in scaling.GROWTH[gid] if dim == "matrices")
     from coursekit.contract import BENCH_SIZES
-    assert largest >= max(prod_(BENCH_SIZES[k]["streams"]["logits"][:-2]) for k in BENCH_SIZES)
-
-
-def prod_(shape) -> int:
-    out = 1
-    for n in shape:
-        out *= n
-    return out
+    assert largest >= max(scaling.prod(BENCH_SIZES[k]["streams"]["logits"][:-2]) for k in BENCH_SIZES)
 
 
 def test_the_counted_call_is_picked_from_the_draw():
