@@ -389,3 +389,58 @@ def test_copies_outside_torch_count_as_kept(kind):
 def test_rstd_on_ctx_as_an_attribute_is_fine():
     assert outcome("fused_add_rmsnorm_saves_little", _keeps("nothing")) is None
     assert outcome("fused_add_rmsnorm_backward", _keeps("nothing")) is None
+
+
+def _with_a_passing_message(calls: int):
+    """The solution's FusedAddRMSNorm, beside a stand-in for a Jupyter kernel's IOPub thread: on the
+    first ``calls`` forward calls, another thread makes a message (a list of bytes, 560 of them,
+    what ipykernel sends as a cell starts) while forward runs, and drops it once the next forward
+    begins. The class itself keeps only h, weight and rstd."""
+    import threading
+
+    base = _solution()[FUSED]
+    made, drop, held = threading.Event(), threading.Event(), []
+    count = [0]
+
+    def iopub():
+        for _ in range(calls):
+            made.wait()
+            made.clear()
+            held.append([b"h" * 200, b"p" * 300, b"c" * 60])  # header, parent header, content
+            drop.wait()
+            drop.clear()
+            held.clear()
+
+    thread = threading.Thread(target=iopub, daemon=True)
+    thread.start()
+
+    class Honest(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            count[0] += 1
+            if count[0] > 1:
+                drop.set()  # the last call's message is gone before this forward's window closes
+                while held:
+                    thread.join(0.001)
+            if count[0] <= calls:
+                made.set()
+                while not held:
+                    thread.join(0.001)
+            return base.forward(ctx, *args)
+
+        backward = base.backward
+
+    return {FUSED: Honest}
+
+
+def test_a_message_another_thread_sends_once_does_not_fail_an_honest_forward():
+    """CI failed the solution once: 560 bytes "kept" on the first case, made by the kernel's own
+    threads as the test cell started. One such message is measured again and found gone."""
+    assert outcome("fused_add_rmsnorm_saves_little", _with_a_passing_message(1)) is None
+
+
+def test_a_copy_made_on_every_measurement_still_counts():
+    """What shows on every measurement (here a message made on each of the first cases' three
+    tries) is what forward keeps, as far as the probe can tell: it fails, and says so."""
+    msg = outcome("fused_add_rmsnorm_saves_little", _with_a_passing_message(3))
+    assert msg and "keeps 1744 bytes" in msg and "keeps a copy outside torch" in msg, msg

@@ -38,6 +38,7 @@ a ``torch.compile`` column), float32 ``1024 x 256`` on one CPU thread otherwise.
 from __future__ import annotations
 
 import gc
+import time
 import types
 import warnings
 import weakref
@@ -924,62 +925,120 @@ def saved_probe(ns, cases) -> list:
     garbage and takes the storages alive again: every storage that is new, plus every one given to
     ``ctx.save_for_backward`` (weight among them), is what forward keeps, wherever it keeps it.
     Each counts whole (a view of a bigger buffer keeps the buffer), once.
+
+    Another thread's work can land in that window: a Jupyter kernel's IOPub thread sends the
+    cell's ``execute_input`` message, and IPython's history thread writes the cell's source, just
+    as a test cell starts, and the lists and bytes they make are new objects like forward's. So a
+    case whose measurement is over the bound *only through what was found outside ctx* is measured
+    again, up to :data:`SAVED_TRIES` times, and its leanest measurement is kept: what forward keeps
+    it keeps on every call, and a kernel's passing message does not come back (CI saw one, 560
+    bytes, once in some hundred runs of the solution).
     """
     cls = fused_class(ns)
     out = []
     old = _live_storages()  # every storage alive before any forward (held, so no address is reused)
     for seed, shape, dtype in cases:
-        x, r, w, _, _ = fused_inputs(seed, shape, {}, dtype)
-        packed = []
-
-        def pack(t):
-            packed.append(weakref.ref(t))
-            return t
-
-        leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
-        before = dict(old)
-        before.update(_live_storages([x, r, w, *leaves]))
-        # Everything alive now is frozen: the collector then scans, and get_objects returns, only
-        # the objects made from here on (what forward made and kept), which is fast on a big heap.
-        gc.freeze()
-        try:
-            # anomaly mode off while forward runs (a notebook may have switched it on): it hangs a
-            # traceback string on every node, which is not what forward keeps
-            with torch.enable_grad(), torch.autograd.set_detect_anomaly(False), \
-                    torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
-            node = y.grad_fn
-            if node is None:
-                raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
-                                  "inputs passed to it?")
-            del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
-            gc.collect()
-            made = gc.get_objects()
-            after = _live_storages(made)
-        finally:
-            gc.unfreeze()
-        saved = [t for ref in packed if (t := ref()) is not None]
-        attrs, on_ctx = _ctx_walk(node)
-        elsewhere = _new_blobs([o for o in made if o is not packed and o is not leaves], on_ctx)
-        del made
-        kept = {}
-        # copies outside torch (numpy, bytes, lists of numbers) count like tensors: bytes kept
-        for label, blobs in (("ctx", on_ctx), ("elsewhere", elsewhere)):
-            for key, nbytes in blobs.items():
-                kept.setdefault(("blob", key), {"nbytes": nbytes, "shape": [nbytes, 1], "dtype": "uint8", "where": label})
-        for label, ts in (("saved", saved), ("ctx", attrs)):  # new or not (weight existed before forward)
-            for t in ts:
-                ptr, nbytes = _storage_of(t)
-                kept.setdefault(ptr, {"nbytes": nbytes, **_seen_as(t), "where": label})
-        for ptr, (nbytes, o) in after.items():
-            if ptr not in before:
-                kept.setdefault(ptr, {"nbytes": nbytes, **_seen_as(o), "where": "elsewhere"})
-        out.append({"saved": [t.detach().clone() for t in saved],
-                    "attrs": [t.detach().clone() for t in attrs],
-                    "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"]))})
-        del node, saved, attrs, before, after
+        got = None
+        for _ in range(SAVED_TRIES):
+            one = _saved_once(cls, seed, shape, dtype, old)
+            if got is None or _kept_total(one["kept"]) < _kept_total(got["kept"]):
+                got = one
+            if not _over_only_elsewhere(got, shape, dtype):
+                break
+            time.sleep(SAVED_SETTLE_S)  # the kernel's threads finish what they were sending
+        out.append(got)
     del old
     return out
+
+
+#: how many times a case over the bound only through objects outside ctx is measured (see saved_probe)
+SAVED_TRIES = 3
+#: the pause before measuring such a case again
+SAVED_SETTLE_S = 0.05
+
+
+def _kept_total(kept) -> int:
+    return sum(k["nbytes"] for k in kept)
+
+
+def kept_bound(shape, dtype, rstd_elem: int) -> int:
+    """The bytes forward may keep: h + weight + one rstd number per row (``rstd_elem`` bytes)."""
+    d, rows = shape[-1], 1
+    for s in shape[:-1]:
+        rows *= s
+    elem = torch.empty((), dtype=dtype).element_size()
+    return rows * d * elem + d * elem + rows * rstd_elem
+
+
+def _rstd_elem(ts, shape) -> int:
+    """8 when the per-row tensor kept is float64 (the contract allows rstd "in at least float32")."""
+    d, rows = shape[-1], 1
+    for s in shape[:-1]:
+        rows *= s
+    per_row = [t for t in ts if t.numel() == rows and t.numel() != d]
+    return 8 if per_row and per_row[0].dtype == torch.float64 else 4
+
+
+def _over_only_elsewhere(got, shape, dtype) -> bool:
+    """Whether a measurement is over the bound, and within it without what was found elsewhere."""
+    bound = kept_bound(shape, dtype, _rstd_elem(got["saved"] + got["attrs"], shape))
+    total = _kept_total(got["kept"])
+    rest = sum(k["nbytes"] for k in got["kept"] if k["where"] != "elsewhere")
+    return total > bound >= rest
+
+
+def _saved_once(cls, seed, shape, dtype, old) -> dict:
+    """One measurement of what forward keeps on one case (see :func:`saved_probe`)."""
+    x, r, w, _, _ = fused_inputs(seed, shape, {}, dtype)
+    packed = []
+
+    def pack(t):
+        packed.append(weakref.ref(t))
+        return t
+
+    leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
+    before = dict(old)
+    before.update(_live_storages([x, r, w, *leaves]))
+    # Everything alive now is frozen: the collector then scans, and get_objects returns, only
+    # the objects made from here on (what forward made and kept), which is fast on a big heap.
+    gc.freeze()
+    try:
+        # anomaly mode off while forward runs (a notebook may have switched it on): it hangs a
+        # traceback string on every node, which is not what forward keeps
+        with torch.enable_grad(), torch.autograd.set_detect_anomaly(False), \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
+        node = y.grad_fn
+        if node is None:
+            raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
+                              "inputs passed to it?")
+        del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
+        gc.collect()
+        made = gc.get_objects()
+        after = _live_storages(made)
+    finally:
+        gc.unfreeze()
+    saved = [t for ref in packed if (t := ref()) is not None]
+    attrs, on_ctx = _ctx_walk(node)
+    elsewhere = _new_blobs([o for o in made if o is not packed and o is not leaves], on_ctx)
+    del made
+    kept = {}
+    # copies outside torch (numpy, bytes, lists of numbers) count like tensors: bytes kept
+    for label, blobs in (("ctx", on_ctx), ("elsewhere", elsewhere)):
+        for key, nbytes in blobs.items():
+            kept.setdefault(("blob", key), {"nbytes": nbytes, "shape": [nbytes, 1], "dtype": "uint8", "where": label})
+    for label, ts in (("saved", saved), ("ctx", attrs)):  # new or not (weight existed before forward)
+        for t in ts:
+            ptr, nbytes = _storage_of(t)
+            kept.setdefault(ptr, {"nbytes": nbytes, **_seen_as(t), "where": label})
+    for ptr, (nbytes, o) in after.items():
+        if ptr not in before:
+            kept.setdefault(ptr, {"nbytes": nbytes, **_seen_as(o), "where": "elsewhere"})
+    got = {"saved": [t.detach().clone() for t in saved],
+           "attrs": [t.detach().clone() for t in attrs],
+           "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"]))}
+    del node, saved, attrs, before, after
+    return got
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -1047,11 +1106,10 @@ def saved_judge(out, cases) -> None:
         rows = 1
         for s in shape[:-1]:
             rows *= s
-        elem = torch.empty((), dtype=dtype).element_size()
         per_row = [t for t in ts if t.numel() == rows and t.numel() != d]
         # the contract: rstd "in at least float32": a float64 one takes 8 bytes a row
-        rstd_elem = 8 if per_row and per_row[0].dtype == torch.float64 else 4
-        bound = rows * d * elem + d * elem + rows * rstd_elem
+        rstd_elem = _rstd_elem(ts, shape)
+        bound = kept_bound(shape, dtype, rstd_elem)
         where = f"{FUSED} on x of shape {tuple(shape)} ({str(dtype)[6:]})"
         total = sum(k["nbytes"] for k in kept)
         # tensors kept as attributes of ctx count like saved ones (either is fine), by their bytes
