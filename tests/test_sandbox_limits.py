@@ -5,7 +5,7 @@ filter modelled on Docker's default profile (:mod:`autograder.sandbox.seccomp`).
 One class of five (tests/fixtures/limits/), graded in one grading slot, in order: a memory bomb
 (8 processes x 1 GiB under a 2 GiB limit), the reference answers right after it in the same slot,
 the reference with 8 torch threads and with 1, and honest code that needs processes, shared
-memory and a compiler (torch.compile, a DataLoader with workers, matplotlib).
+memory and a compiler (torch.compile, which the grader runs eagerly, a DataLoader with workers, matplotlib).
 """
 from __future__ import annotations
 

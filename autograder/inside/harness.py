@@ -205,6 +205,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
         blocked.seal()
     # the observers (autograder/inside/observers.py): an audit hook, thread starts, and the state of
     # everything the probes rely on, as it is now, before any student code runs
+    _eager_compile()
     compilers = []
     try:  # torch's compilers refuse torch's transformer layers (their compiled forms run outside Python)
         from coursekit.checks.transformer import block_layer_compilers
@@ -432,6 +433,23 @@ def _serve(gid, check, ns, n, lines, send, collect, served, count_seed=None):
             send(pack_value({"error": f"{type(e).__name__}: {str(e)[:500]}"}))
 
 
+def _eager_compile() -> None:
+    """``torch.compile`` runs the student's code eagerly in here (``TORCH_COMPILE_DISABLE=1`` in the
+    sandbox's environment says the same; this covers ``--no-sandbox``). Compiled code behaves
+    differently under a dispatch mode: dynamo runs the function eagerly whenever one is on torch's
+    mode stack (the benchmark's op counter, the op recorder), and an inductor-compiled sum rounds
+    differently from ATen's, so a compiled detector could tell the counted call from the timed
+    ones (the eleventh red team's route); and dynamo's guards evaluate strings that the observers
+    took for the student's own code, flagging or failing honest compiled code. Eager, every call
+    runs the same code, counted or not. The observers see the switch turned back on
+    (:meth:`observers.Observers.check`)."""
+    try:
+        import torch._dynamo.config as dynamo_config
+        dynamo_config.disable = True
+    except Exception as e:  # noqa: BLE001 -- no dynamo in this torch: nothing compiles anyway
+        print(f"harness: torch.compile not switched off ({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
+
+
 def _threads_beside() -> list:
     """The live threads the notebook started (coursekit.checks.threads), named for the grader: a
     review reason (autograder.referee.protocol), never a point."""
@@ -457,9 +475,8 @@ def _stop_others(isolated):
     while it is tested. In the sandbox (a pid namespace of its own) that is every process but this
     one, its ancestors and pid 1, orphans included; unsandboxed, this process's descendants only.
     Frozen, not killed: an honest DataLoader's live workers go on after the test (torch raises in
-    the notebook when a worker dies, not when it stops). Inductor compiles in-process in the
-    sandbox (``TORCHINDUCTOR_COMPILE_THREADS=1``), so no compile of the student's code waits on
-    one. Returns the frozen pids."""
+    the notebook when a worker dies, not when it stops). Nothing of the student's compiles in the
+    sandbox (:func:`_eager_compile`), so no compile waits on a frozen process. Returns the frozen pids."""
     me = os.getpid()
     keep, p = {1}, me
     while p and p not in keep:

@@ -91,6 +91,7 @@ class Observers:
         self._starts = [0]  # the hook's own count of thread starts (coursekit.checks.threads.STARTS)
         self._starts_public = None  # the list object coursekit.checks.threads.STARTS must stay
         self._wrapped = []  # (owner, name) of the functions watch_op_records put wrappers in place of
+        self._eager = False  # torch.compile was switched off (dynamo's config.disable) before any student code
 
     # ---------------------------------------------------------------- the audit hook
     def hook(self, event, args):
@@ -274,6 +275,9 @@ class Observers:
                     problems.append("torch functions were left switched off (DisableTorchFunction)")
                 if sys.getprofile() is not None or sys.gettrace() is not None:
                     problems.append("a profile or trace function was left set")
+                dynamo = sys.modules.get("torch._dynamo.config")
+                if dynamo is not None and self._eager and getattr(dynamo, "disable", None) is not True:
+                    problems.append("torch.compile was switched back on (torch._dynamo.config.disable)")
             except Exception as e:  # noqa: BLE001
                 problems.append(f"torch's state could not be read ({type(e).__name__})")
         try:
@@ -403,4 +407,6 @@ def install(blocked=None, guarded=()) -> Observers:
         obs.watch_op_records()
         _INSTALLED = obs
     _INSTALLED.take_baseline(blocked, guarded)
+    dynamo = sys.modules.get("torch._dynamo.config")
+    _INSTALLED._eager = dynamo is not None and getattr(dynamo, "disable", None) is True
     return _INSTALLED

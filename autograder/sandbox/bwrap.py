@@ -207,6 +207,8 @@ def bwrap_argv(limits: Limits, course_dir: Path = ROOT / "course", staged: bool 
         # inductor compiles in this process, not in a pool of worker processes: before each test the
         # harness freezes every other process of the sandbox (autograder/inside/harness.py, _stop_others)
         "--setenv", "TORCHINDUCTOR_COMPILE_THREADS", "1",
+        # torch.compile runs the student's code eagerly (autograder/inside/harness.py, _eager_compile)
+        "--setenv", "TORCH_COMPILE_DISABLE", "1",
         # torch.cuda.is_available() asks NVML instead of initializing the CUDA driver: the grading
         # slot's zygote (autograder/inside/zygote.py) forks a child per submission, and a process that
         # initialized CUDA before fork() cannot use it in the child
@@ -423,7 +425,7 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
             env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(scratch),
                    "PYTHONPATH": str(Path(course_dir).resolve().parent), "MPLBACKEND": "Agg",
                    "OMP_NUM_THREADS": str(limits.threads), "TORCHINDUCTOR_COMPILE_THREADS": "1",
-                   "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+                   "TORCH_COMPILE_DISABLE": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
             if gpu and gpu_library_dirs():
                 env["LD_LIBRARY_PATH"] = ":".join(gpu_library_dirs())
             cwd, uid = str(scratch), None
