@@ -101,6 +101,37 @@ def test_torchs_compilers_refuse_torchs_layers_and_compile_the_rest():
     assert "others compile" in out
 
 
+def test_compiled_archives_do_not_load_whatever_they_hold():
+    """The twelfth red team scripted torch's TransformerEncoderLayer elsewhere, embedded the saved
+    archive in the notebook and loaded it with torch.jit.load: a module of no torch class whose
+    forward runs in TorchScript's interpreter, unseen (13/18 unflagged). Every loader of a compiled
+    archive is refused, whatever it holds (an nn.Linear here)."""
+    out = _run("""
+        import io, torch, torch.export
+        from torch import nn
+        buf = io.BytesIO()
+        torch.jit.save(torch.jit.script(nn.Linear(4, 4)), buf)
+        data = buf.getvalue()
+        from coursekit.checks.transformer import block_layer_compilers
+        block_layer_compilers()
+        tries = {"jit.load": lambda: torch.jit.load(io.BytesIO(data)),
+                 "torch.load": lambda: torch.load(io.BytesIO(data), weights_only=False),
+                 "import_ir_module_from_buffer": lambda: torch._C.import_ir_module_from_buffer(
+                     torch._C.CompilationUnit(), data, "cpu", {}, False),
+                 "export.load": lambda: torch.export.load(io.BytesIO(data))}
+        for name, f in tries.items():
+            try:
+                f()
+                print(name, "ALLOWED")
+            except Exception as e:
+                print(name, "refused" if "switched off while grading" in str(e) else "other " + str(e)[:80])
+        print("state_dict", torch.load(io.BytesIO(_b := (lambda b: (torch.save(nn.Linear(2, 2).state_dict(), b), b.getvalue())[1])(io.BytesIO()))).keys())
+    """)
+    lines = dict(line.rsplit(" ", 1) for line in out.strip().splitlines() if line.endswith(("refused", "ALLOWED")))
+    assert len(lines) == 4 and all(v == "refused" for v in lines.values()), out
+    assert "state_dict odict_keys(['weight', 'bias'])" in out, out  # a checkpoint of weights still loads
+
+
 def test_the_recorder_sees_torchs_own_normalizations_however_reached_and_not_a_students():
     out = _run("""
         import pydoc, torch

@@ -225,6 +225,7 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     # import as in Jupyter: those names only, and after every installed module
     if job.get("modules"):
         sys.meta_path.append(_WorkingFolder(os.getcwd(), job["modules"]))
+        obs.own_modules = frozenset(str(n) for n in job["modules"])
     cell_s = float(job.get("cell_s", 120))
     error_chars = int(job.get("cell_error_chars", 300))  # autograder.referee.protocol.CELL_ERROR_CHARS
     test_s = float(job.get("test_s", max(cell_s, 120)))

@@ -91,6 +91,9 @@ class Observers:
         self._starts = [0]  # the hook's own count of thread starts (coursekit.checks.threads.STARTS)
         self._starts_public = None  # the list object coursekit.checks.threads.STARTS must stay
         self._wrapped = []  # (owner, name) of the functions watch_op_records put wrappers in place of
+        #: the notebook's %%writefile modules (the plan names them): importing one during a test, as a
+        #: function's first call may, is not an event (its file is graded code, reviewed like a cell)
+        self.own_modules = frozenset()
         self._eager = False  # torch.compile was switched off (dynamo's config.disable) before any student code
 
     # ---------------------------------------------------------------- the audit hook
@@ -125,6 +128,8 @@ class Observers:
             return
         if event in PROBE_ONLY and not self._phase_test:
             return
+        if event == "import" and args and args[0] in self.own_modules:
+            return  # the notebook's own %%writefile module: graded code, scanned like a cell
         frame = sys._getframe(2)  # 0: _see, 1: hook, 2: the code that raised the event
         if event == "compile" and len(args) > 1 and isinstance(args[1], str) and args[1].startswith(STUDENT_FILES) \
                 and not self._is_student(frame, direct=True):

@@ -940,14 +940,16 @@ def saved_probe(ns, cases) -> list:
     try and hit on the next, counts on every try).
 
     Memory that existed before forward counts too when forward writes into it: the CPU storages
-    alive before the case are fingerprinted (blake2b) before and after forward, and one whose
-    bytes changed is kept whole, like a view's buffer (an arena made in advance that forward
-    fills, the eleventh red team's route). The inputs' own storages are not: writing h into x is
+    and the buffers outside torch (:func:`_live_buffers`: numpy, bytearray, array, mmap) alive
+    before the probe are fingerprinted (blake2b) before and after forward, and one whose bytes
+    changed is kept whole, like a view's buffer (an arena made in advance that forward fills: a
+    torch tensor, the eleventh red team's route; a numpy array, the twelfth's). The inputs' own storages are not: writing h into x is
     h, and h is counted where it is saved.
     """
     cls = fused_class(ns)
     out = []
     old = _live_storages()  # every storage alive before any forward (held, so no address is reused)
+    old_buffers = _live_buffers()  # and every buffer outside torch (numpy, bytearray, array, mmap)
     _fingerprint(torch.zeros(1), -1)  # numpy's bridge loads now, not while a case is measured
     for seed, shape, dtype in cases:
         got, own = None, []
@@ -957,7 +959,7 @@ def saved_probe(ns, cases) -> list:
         gc.freeze()
         try:
             for _ in range(SAVED_TRIES):
-                one = _saved_once(cls, inputs, old, own)
+                one = _saved_once(cls, inputs, old, old_buffers, own)
                 own.append(one)
                 if got is None or _kept_total(one["kept"]) < _kept_total(got["kept"]):
                     got = one
@@ -967,8 +969,42 @@ def saved_probe(ns, cases) -> list:
         finally:
             gc.unfreeze()
         out.append(got)
-    del old
+    del old, old_buffers
     return out
+
+
+def _live_buffers() -> dict:
+    """``{id: object}`` of the writable buffers outside torch alive now: numpy arrays that own their
+    memory (or a view's owner), ``bytearray``, ``array.array`` and ``mmap`` objects, among the
+    collector's objects and the objects they hold (a numpy array is not tracked by the collector:
+    it is found in the dict or list that holds it). Held, so no id is reused."""
+    objects = gc.get_objects()
+    found = {}
+    for o in objects + gc.get_referents(*objects):
+        kind = type(o)
+        if kind is bytearray or (kind.__module__ in ("array", "mmap") and kind.__name__ in ("array", "mmap")):
+            found[id(o)] = o
+        elif kind.__module__ == "numpy" and kind.__name__ == "ndarray":
+            while type(getattr(o, "base", None)).__name__ == "ndarray":
+                o = o.base
+            base = o.base
+            if base is None:
+                found[id(o)] = o
+            elif type(base) is bytearray or type(base).__name__ == "mmap":
+                found[id(base)] = base
+            # else: a torch tensor's memory (fingerprinted as a storage) or bytes (read-only)
+    return found
+
+
+def _fingerprint_buffer(o):
+    """A digest of a buffer's bytes (see :func:`_live_buffers`), as an int; None if it cannot be read."""
+    try:
+        return int.from_bytes(_blake2b(memoryview(o).cast("B"), digest_size=16).digest(), "little")
+    except Exception:  # noqa: BLE001 -- closed, released or not contiguous
+        try:
+            return int.from_bytes(_blake2b(o.tobytes(), digest_size=16).digest(), "little")
+        except Exception:  # noqa: BLE001
+            return None
 
 
 #: how many times a case over the bound only through objects outside ctx is measured (see saved_probe)
@@ -1007,7 +1043,7 @@ def _over_only_elsewhere(got, shape, dtype) -> bool:
     return total > bound >= rest
 
 
-def _saved_once(cls, inputs, old, own) -> dict:
+def _saved_once(cls, inputs, old, old_buffers, own) -> dict:
     """One measurement of what forward keeps on one case (see :func:`saved_probe`; ``inputs``:
     :func:`fused_inputs`), the collector frozen by the caller: ``own`` holds the probe's records
     of the earlier tries, which are not forward's."""
@@ -1030,7 +1066,8 @@ def _saved_once(cls, inputs, old, own) -> dict:
     # what was in memory before forward: forward may write into it (an arena made in advance)
     prints = {ptr: (nbytes, o, fp) for ptr, (nbytes, o) in old.items()
               if ptr not in ours and (fp := _fingerprint(o, ptr)) is not None}
-    probe_own = {id(packed), id(leaves), id(mine), id(ours), id(before), id(prints), id(own)}
+    buffer_prints = {key: fp for key, o in old_buffers.items() if (fp := _fingerprint_buffer(o)) is not None}
+    probe_own = {id(packed), id(leaves), id(mine), id(ours), id(before), id(prints), id(own), id(buffer_prints)}
     # anomaly mode off while forward runs (a notebook may have switched it on): it hangs a
     # traceback string on every node, which is not what forward keeps
     with torch.enable_grad(), torch.autograd.set_detect_anomaly(False), \
@@ -1045,6 +1082,8 @@ def _saved_once(cls, inputs, old, own) -> dict:
     made = [o for o in gc.get_objects() if id(o) not in mine and id(o) not in probe_own]
     after = _live_storages(made)
     written = {ptr: nbytes for ptr, (nbytes, o, fp) in prints.items() if _fingerprint(o, ptr) != fp}
+    written.update({("buffer", key): _buffer_bytes(old_buffers[key]) for key, fp in buffer_prints.items()
+                    if _fingerprint_buffer(old_buffers[key]) != fp})
     saved = [t for ref in packed if (t := ref()) is not None]
     attrs, on_ctx = _ctx_walk(node)
     elsewhere = _new_blobs(made, on_ctx)
@@ -1068,6 +1107,13 @@ def _saved_once(cls, inputs, old, own) -> dict:
            "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"]))}
     del node, saved, attrs, before, after, mine
     return got
+
+
+def _buffer_bytes(o) -> int:
+    try:
+        return memoryview(o).nbytes
+    except Exception:  # noqa: BLE001
+        return max(1, len(o))
 
 
 def _own_objects(records) -> dict:

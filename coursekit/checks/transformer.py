@@ -719,11 +719,25 @@ def _refusing(fn, what: str, arg: int = 0, key: str | None = None):
     return guarded
 
 
+def _refusing_any(fn, what: str):
+    """``fn`` switched off: a compiled archive (TorchScript, an exported program) holds code that runs
+    outside Python, and what it holds cannot be told from a name (torch's own transformer layer
+    scripted and saved elsewhere loads as any module: the twelfth red team's route)."""
+    @functools.wraps(fn)
+    def refused(*args, **kwargs):
+        raise RuntimeError(f"{what} is switched off while grading: a compiled archive runs its code outside "
+                           "Python, where the grader cannot see what it computes. Build the code in the notebook")
+    refused.__resnorm_guard__ = True
+    return refused
+
+
 def block_layer_compilers() -> list:
     """In the grading sandbox, before any student code: TorchScript, tracing, ``torch.compile``,
     ``torch.export`` and ``torch.fx`` refuse torch's transformer layers (their compiled forms run
-    the layer's code outside Python, where no watch sees it). Every place the entry points live is
-    patched; returns ``[(owner, name)]`` for the observers' identity checks."""
+    the layer's code outside Python, where no watch sees it), and loading a compiled archive
+    (``torch.jit.load``, ``torch.export.load``, the lite interpreter and torch._C's importers) is
+    refused whatever it holds. Every place the entry points live is patched; returns
+    ``[(owner, name)]`` for the observers' identity checks."""
     import torch.export
     import torch.fx
     import torch.jit._recursive
@@ -757,6 +771,24 @@ def block_layer_compilers() -> list:
     patch([torch._dynamo.eval_frame._TorchDynamoContext], "__call__", "torch._dynamo", 1, "fn")  # optimize(...)(layer)
     patch([torch.export], "export", "torch.export.export", 0, "mod")
     patch([torch.fx._symbolic_trace, torch.fx], "symbolic_trace", "torch.fx.symbolic_trace", 0, "root")
+    import torch.jit._serialization
+    import torch.jit.mobile
+    loaders = [([torch.jit._serialization, torch.jit], "load", "torch.jit.load"),
+               ([torch.export], "load", "torch.export.load"),
+               ([torch.jit.mobile], "_load_for_lite_interpreter", "torch.jit.mobile's loader")]
+    loaders += [([torch._C], name, f"torch._C.{name}") for name in (
+        "import_ir_module", "import_ir_module_from_buffer", "_import_ir_module_from_package",
+        "_load_for_lite_interpreter", "_load_for_lite_interpreter_from_buffer",
+        "_load_jit_module_from_bytes", "_load_jit_module_from_file")]
+    for owners, name, what in loaders:
+        original = getattr(owners[0], name, None)
+        if original is None or getattr(original, "__resnorm_guard__", False):
+            continue
+        refused = _refusing_any(original, what)
+        for owner in owners:
+            if getattr(owner, name, None) is original:
+                setattr(owner, name, refused)
+                patched.append((owner, name))
     original_trace = torch.fx._symbolic_trace.Tracer.trace
     if not getattr(original_trace, "__resnorm_guard__", False):
         torch.fx._symbolic_trace.Tracer.trace = _refusing(original_trace, "torch.fx tracing", 1, "root")
