@@ -390,3 +390,36 @@ def test_the_fixtures_through_the_real_grader(tmp_path, assignment):
         assert "the work of a full-size call grew" in bench["message"] and "4x256x128" in bench["message"], bench
         ok = next(t for t in results["solution"]["tests"] if t["grade_id"] == "rmsnorm_benchmark")
         assert "one grader-timed call on the full input (4x256x128)" in ok["detail"]["report"], ok["detail"]
+
+
+def _reshape_says_a_mode_is_on() -> bool:
+    """The twelfth red team's detector: under a dispatch mode ATen takes ``view`` for the reshape of
+    a viewable strided tensor (autograd records ViewBackward0), without one ``_reshape_alias``."""
+    with torch.enable_grad():
+        b = torch.ones(4, 6, requires_grad=True)
+        return b[:, :3].reshape(2, 2, 3).grad_fn.name() == "ViewBackward0"
+
+
+def test_a_timed_call_not_counted_looks_like_the_counted_one_to_torch():
+    """Every timed call runs under the op counter's dispatch mode (scaling.Idle, its count thrown
+    away), so what torch hands back cannot tell the counted call (scaling.Meter) from the others:
+    with nothing around the call (the old Idle), the detector told them apart, and a row loop ran
+    in every call but the counted one (18/18, unflagged)."""
+    assert not _reshape_says_a_mode_is_on()  # no mode: torch's plain path
+    with scaling.Meter():
+        counted = _reshape_says_a_mode_is_on()
+    with scaling.Idle():
+        timed = _reshape_says_a_mode_is_on()
+    assert counted and timed
+
+
+def test_the_referee_times_torch_under_the_same_mode_and_a_compiled_module_without():
+    seen = []
+
+    def fn(y):
+        seen.append(_reshape_says_a_mode_is_on())
+        return y
+
+    clock._local(fn, torch.zeros(2), 2)
+    clock._local(fn, torch.zeros(2), 1, moded=False)
+    assert seen == [True, True, False]

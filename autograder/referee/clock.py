@@ -23,7 +23,10 @@ it is :mod:`autograder.referee.protocol`'s. Here, in the grader:
    under the op and line counter (:class:`coursekit.checks.scaling.Meter`), from the same line as
    every other call, and sends its counts with the output. The output is checked as every round's;
    the exchange's time is left out of the times. The student's process is told nothing before the
-   request, and every request looks alike from inside the student's calls;
+   request, and every request looks alike from inside the student's calls: the calls not counted
+   run under the same op counter on torch's dispatch stack (:class:`coursekit.checks.scaling.Idle`),
+   since a dispatch mode changes what some of torch's composite ops hand back; torch's module and
+   the course solution are timed here under it too, so both sides pay its cost per op;
 4. the result (seconds per call per round, both sides measured here, and ``full``: the counts of
    that one full-size call) goes to :func:`coursekit.checks.served.served_report`, which prints the
    times for information: the points come from the count of work the harness took
@@ -42,6 +45,7 @@ well (reported unavailable when it does not compile). The verdict is still yours
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import statistics
@@ -49,6 +53,7 @@ import struct
 import time
 
 from autograder.referee.protocol import Channel, Closed, send
+from coursekit.checks.scaling import Idle
 
 #: per device type: one round of the student's calls lasts about this long (torch's: a fifth of it);
 #: on a GPU a call takes ~0.1-1 ms and the pipe's round trip more, so rounds are longer there
@@ -80,16 +85,20 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _local(fn, x, k: int):
+def _local(fn, x, k: int, moded: bool = True):
     """Seconds per call of ``k`` chained calls ``y = fn(y)`` from ``x`` in this process, and the last
-    ``y``; on a GPU the clock starts and stops with the GPU idle (synchronized)."""
+    ``y``; on a GPU the clock starts and stops with the GPU idle (synchronized). ``moded``: under the
+    op counter the student's timed calls run under (:class:`coursekit.checks.scaling.Idle`), so that
+    both sides pay its cost per op; not for a compiled module (dynamo runs eagerly under a mode)."""
     y = x
     _sync(x.device)
-    t0 = time.perf_counter()
-    for _ in range(k):
-        y = fn(y)
-    _sync(x.device)
-    return (time.perf_counter() - t0) / k, y
+    with Idle() if moded else contextlib.nullcontext():
+        t0 = time.perf_counter()
+        for _ in range(k):
+            y = fn(y)
+        _sync(x.device)
+        t = time.perf_counter() - t0
+    return t / k, y
 
 
 def _next_k(k: int, t: float, best_per_call: float, kind: str = "cpu") -> int:
@@ -209,8 +218,8 @@ def measure(gid: str, stdin, ch: Channel, device: str | None = None, draw: int |
             x = spec.x(seed, cfg)
             k_local = {}
             for name, m in mods.items():
-                _local(m, x, 2)
-                one, _ = _local(m, x, 1)
+                _local(m, x, 2, name != "torch.compile")
+                one, _ = _local(m, x, 1, name != "torch.compile")
                 k_local[name] = max(1, min(max_k, int(target / 5 / max(one, 1e-7))))
             t1 = student(seed, 1, mods["torch"](x))
             seed = secrets.randbits(31)
@@ -240,7 +249,7 @@ def measure(gid: str, stdin, ch: Channel, device: str | None = None, draw: int |
                             times["yours"].append(per_call(t, k))
                             ks.append(_next_k(k, t, min(times["yours"]), kind))
                         else:
-                            times[name].append(_local(mods[name], x, k_local[name])[0])
+                            times[name].append(_local(mods[name], x, k_local[name], name != "torch.compile")[0])
 
             rounds(ROUNDS)
             if not full:  # the budget ended the rounds before the picked one

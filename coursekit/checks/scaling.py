@@ -133,17 +133,31 @@ class Meter:
 
 
 class Idle:
-    """What the harness enters around a timed call that is not counted (the counted one: :class:`Meter`)."""
+    """What the harness enters around a timed call that is not counted (the counted one: :class:`Meter`):
+    the same op counter on torch's dispatch stack, its count thrown away.
+
+    A dispatch mode changes what some of torch's own composite ops do (ATen's ``isTensorSubclassLike``
+    is true whenever one is on the stack: ``reshape`` of a viewable strided tensor then records
+    ``ViewBackward0``, not ``ReshapeAliasBackward0``), so code could tell the counted call from the
+    others by what torch handed back and loop in every other call (the twelfth red team: 18/18
+    unflagged, the timed calls 233 times torch). With the mode on every timed call the counted one
+    differs only by its tracer, which Python code sees only through what the review flags
+    (``sys.gettrace``, a frame's ``f_trace``) or a clock. The mode costs each op a few microseconds
+    on every timed call; the referee times torch's module and the course solution under it too
+    (:mod:`autograder.referee.clock`)."""
 
     def __enter__(self):
+        self.counter = _OpCount()
+        self.counter.__enter__()
         return self
 
     def __exit__(self, *exc):
+        self.counter.__exit__(*exc)
         return False
 
 
 _OWN = frozenset({_OpCount.__torch_dispatch__.__code__, Meter._trace.__code__, Meter.__exit__.__code__,
-                  Idle.__exit__.__code__})  # frames whose lines are the counter's, not the work's
+                  Idle.__enter__.__code__, Idle.__exit__.__code__})  # frames whose lines are the counter's, not the work's
 
 
 def work(call, warm: tuple, counted: tuple) -> tuple[dict, object]:
