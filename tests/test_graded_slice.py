@@ -774,6 +774,30 @@ def test_getattr_naming_a_forbidden_builtin_by_value_costs_like_its_spelling():
     assert any("layer_norm" in c for c in found), found
 
 
+def test_a_value_passed_to_a_method_binds_after_self_and_self_keeps_none_of_it():
+    """obj.m(a) binds a to m's second parameter (the first is the receiver), a staticmethod's to its
+    first; the red team's honest self._work(torch.float64) once made self hold torch.float64, and
+    every self._x read as torch internals. Cls.m(a) (unbound) still binds a to self, and
+    type(obj).m(obj, a) a to m's second parameter."""
+    method = ("class _Cast:\n    def _work(self, dtype):\n        return dtype\n\n"
+              "    def run(self, x):\n        self._scale = 2\n        return x.to(self._work(torch.float64)) * self._scale\n")
+    static = method.replace("    def _work(self, dtype)", "    @staticmethod\n    def _work(dtype)")
+    klass = method.replace("    def _work(self, dtype)", "    @classmethod\n    def _work(cls, dtype)")
+    for code in (method, static, klass):
+        assert review([LN + code]) == [], code
+    hostile = [("class _K:\n    def _m(self, mod):\n        return mod._C._nn\n_ln = _K()._m(torch).layer_norm\n",
+                "torch internals (torch._C._nn) (through the alias mod)"),
+               ("class _K:\n    @staticmethod\n    def _m(mod):\n        return mod._C._nn\n_ln = _K()._m(torch)\n",
+                "torch internals (torch._C._nn) (through the alias mod)"),
+               ("class _K:\n    def m(self):\n        return self._C._nn\n_ln = _K.m(torch)\n",
+                "torch internals (torch._C._nn) (through the alias self)"),
+               ("class _K:\n    def _m(self, mod):\n        return mod._C._nn\n\n"
+                "    def go(self):\n        return type(self)._m(self, torch)\n",
+                "torch internals (torch._C._nn) (through the alias mod)")]
+    for code, why in hostile:
+        assert any(why in f for f in review([LN + code])), (code, review([LN + code]))
+
+
 # ------------------------------------------------------------------------------------------------
 # Reading cells in threads (the grader plans several notebooks at once)
 # ------------------------------------------------------------------------------------------------

@@ -689,7 +689,8 @@ class Values:
         self.names: dict[str, set] = {}
         self.attrs: dict[str, set] = {}  # attribute name -> values stored under it (any object, class bodies too)
         self.returns: dict[str, set] = {}  # "<def>f" -> what f returns
-        self.params: dict[str, list] = {}  # "<def>f" -> its positional parameters
+        self.params: dict[str, list] = {}  # "<def>f" -> [(its positional parameters, its receiver)] for each f
+        self.classes: set[str] = set()  # "<def>C" for each class C
         self.bound: set[str] = set()  # names the code binds (otherwise a builtin's name is the builtin)
         self.imported: dict[str, set] = {}  # name -> paths an import binds it to
         self.otherwise: set[str] = set()  # names bound other than by an import
@@ -730,7 +731,11 @@ class Values:
                 self._bind_name(node.name, None, const={key})
                 a = node.args
                 params = [x.arg for x in a.posonlyargs + a.args]
-                self.params.setdefault(key, params)
+                decorators = {d.id if isinstance(d, ast.Name) else getattr(d, "attr", None) for d in node.decorator_list}
+                # the receiver its first parameter takes through obj.f(...): a method's self, a classmethod's cls
+                receiver = None if not in_class or "staticmethod" in decorators else \
+                    "cls" if "classmethod" in decorators else "self"
+                self.params.setdefault(key, []).append((params, receiver))
                 self.bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
                 self.otherwise |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
                 for p, d in zip(params[::-1], a.defaults[::-1]):
@@ -745,6 +750,7 @@ class Values:
                 child_fn = key
             elif isinstance(node, ast.ClassDef):
                 self._bind_name(node.name, None, const={f"<def>{node.name}"})
+                self.classes.add(f"<def>{node.name}")
                 child_class = True
             elif isinstance(node, ast.Lambda):
                 child_fn = None
@@ -840,20 +846,36 @@ class Values:
                 changed |= self._add(table, key, vals)
         for call in self._calls:  # a student's function called with values: its parameters hold them
             for f in self.ev(call.func):
-                params = self.params.get(f)
-                if not params:
-                    continue
-                for p, a in zip(params, call.args):
-                    if not isinstance(a, ast.Starred):
-                        changed |= self._add(self.names, p, self.ev(a))
-                for k in call.keywords:
-                    if k.arg in params:
-                        changed |= self._add(self.names, k.arg, self.ev(k.value))
-                if len(params) > len(call.args) and params[:1] in (["self"], ["cls"]):
-                    for p, a in zip(params[1:], call.args):
-                        if not isinstance(a, ast.Starred):
-                            changed |= self._add(self.names, p, self.ev(a))
+                for params, receiver in self.params.get(f, ()):
+                    for skip in self._skips(call, params, receiver):
+                        for p, a in zip(params[skip:], call.args):
+                            if not isinstance(a, ast.Starred):
+                                changed |= self._add(self.names, p, self.ev(a))
+                    for k in call.keywords:
+                        if k.arg in params:
+                            changed |= self._add(self.names, k.arg, self.ev(k.value))
         return changed
+
+    def _skips(self, call: ast.Call, params: list, receiver) -> tuple:
+        """The parameters a call's first positional argument may bind to, as how many it skips.
+        obj.m(a) -> a binds to m's second parameter (the first is obj: self, or cls for a
+        classmethod); Cls.m(obj, a), type(obj).m(obj, a) -> obj to the first, as for a function or a
+        staticmethod. A method reached by a bare name may be bound or not: both, when it is short of
+        arguments."""
+        fn = call.func
+        if receiver and isinstance(fn, ast.Attribute):
+            return (1,) if receiver == "cls" or not self._may_be_class(fn.value) else (0, 1)
+        if len(params) > len(call.args) and (receiver or params[:1] in (["self"], ["cls"])):
+            return (0, 1)
+        return (0,)
+
+    def _may_be_class(self, node) -> bool:
+        """Whether ``node`` may be a class (a class's name or alias, ``type(x)``, ``x.__class__``)."""
+        if isinstance(node, ast.Attribute) and node.attr == "__class__":
+            return True
+        if isinstance(node, ast.Call) and "builtins.type" in self.ev(node.func):
+            return True
+        return bool(self.ev(node) & self.classes)
 
     # -- evaluating ------------------------------------------------------------------------------
     def ev(self, node, depth: int = 0) -> frozenset:
