@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import sys
+import threading
 import time
 import types
 import warnings
@@ -958,14 +960,14 @@ def saved_probe(ns, cases) -> list:
         # hold (a cache filled on the first try counts on the next), and nothing from before.
         gc.freeze()
         try:
-            for _ in range(SAVED_TRIES):
+            for k in range(SAVED_TRIES):
                 one = _saved_once(cls, inputs, old, old_buffers, own)
                 own.append(one)
                 if got is None or _kept_total(one["kept"]) < _kept_total(got["kept"]):
                     got = one
                 if not _over_only_elsewhere(got, shape, dtype):
                     break
-                time.sleep(SAVED_SETTLE_S)  # the kernel's threads finish what they were sending
+                _settle(SAVED_SETTLE_S * 4 ** k)
         finally:
             gc.unfreeze()
         out.append(got)
@@ -1009,8 +1011,24 @@ def _fingerprint_buffer(o):
 
 #: how many times a case over the bound only through objects outside ctx is measured (see saved_probe)
 SAVED_TRIES = 3
-#: the pause before measuring such a case again
+#: the pause before measuring such a case again (four times longer before each further try)
 SAVED_SETTLE_S = 0.05
+
+
+def _settle(seconds: float) -> None:
+    """Let a Jupyter kernel's IOPub thread send what it holds (a function scheduled on it runs after
+    everything queued before), then pause: its messages are gone before the next measurement."""
+    try:
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        iopub = getattr(getattr(shell, "kernel", None), "iopub_thread", None)
+        if iopub is not None and hasattr(iopub, "schedule"):
+            sent = threading.Event()
+            iopub.schedule(sent.set)
+            sent.wait(1.0)
+    except Exception:  # noqa: BLE001 -- no kernel, or another one: the pause alone
+        pass
+    time.sleep(seconds)
 
 
 def _kept_total(kept) -> int:
