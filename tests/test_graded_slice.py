@@ -860,3 +860,20 @@ def test_cells_read_in_several_threads_at_once_are_never_called_unreadable():
     else:
         pytest.skip("this Python parsed in threads without the race (python/cpython#106905 fixed)")
     assert _parse_in_threads(slicing.parse, rounds) == []
+
+
+@pytest.mark.parametrize("code", [
+    "class Norms:\n    pass\nNorms = F\n" + with_forward("Norms.layer_norm(x, (4,))"),
+    "class Norms:\n    layer_norm = staticmethod(F.layer_norm)\n" + with_forward("Norms.layer_norm(x, (4,))"),
+    "class Norms:\n    pass\nNorms.layer_norm = F.layer_norm\n" + with_forward("Norms.layer_norm(x, (4,))"),
+], ids=["class name rebound to F", "the built-in as a class attribute", "the built-in set on the class"])
+def test_an_own_class_holding_the_builtin_still_costs(code):
+    """An attribute named like a forbidden built-in is the student's own only when its object may be
+    nothing but the notebook's own class or %%writefile module; the built-in put there costs."""
+    assert costs([code]), code
+
+
+def test_an_own_static_method_named_like_the_builtin_costs_nothing():
+    code = ("class Norms:\n    @staticmethod\n    def layer_norm(x, mu, var, eps):\n"
+            "        return (x - mu) * torch.rsqrt(var + eps)\n\n" + with_forward("Norms.layer_norm(x, mu, var, self.eps)"))
+    assert costs([code]) == [] and review([code]) == []

@@ -38,6 +38,7 @@ ordinary cell is a review flag on the row, naming the event and the cell.
 """
 from __future__ import annotations
 
+import os
 import sys
 import sysconfig
 import types
@@ -69,7 +70,17 @@ MAX_EVENTS = 50
 
 def _stdlib_prefixes():
     paths = sysconfig.get_paths()
-    return tuple({p for p in (paths.get("stdlib"), paths.get("platstdlib")) if p})
+    return tuple({os.path.realpath(p) + os.sep for p in (paths.get("stdlib"), paths.get("platstdlib")) if p})
+
+
+def _installed_prefixes():
+    """The folders of code the student cannot write: the interpreter's and the venv's (the standard
+    library, site-packages), the course's packages and the harness's own folder, as real paths."""
+    import coursekit
+    paths = sysconfig.get_paths()
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+             os.path.dirname(os.path.dirname(os.path.abspath(coursekit.__file__))), os.path.dirname(os.path.abspath(__file__))}
+    return tuple(sorted({os.path.realpath(p) + os.sep for p in roots if p}))
 
 
 class Observers:
@@ -80,6 +91,9 @@ class Observers:
         self._ident = _thread.get_ident
         self._busy = set()
         self._stdlib = _stdlib_prefixes()
+        self._installed = _installed_prefixes()
+        self._real = {}  # a code's file name -> its real path (the file a name like torch/../../x.py is)
+        self._realpath = os.path.realpath
         self._step = ("setup", "")  # (kind, label) of the step running now
         self._events = []  # student's events in the current step: (event, detail, file, line)
         self._cells = {}  # cell file name -> the label of the cell it came from
@@ -158,9 +172,14 @@ class Observers:
                 # code compiled from a string at run time (timeit's template, a pickle's exec, eval):
                 # whoever supplied the string, it is not a library's own code, so it is the student's
                 return fn, f.f_lineno
-            stdlib = fn.startswith("<frozen ") or (fn.startswith(self._stdlib) and "-packages" not in fn)
+            real = self._real.get(fn)
+            if real is None:  # a path is judged by the file it names: <torch>/../../home/student/x.py is the student's
+                real = self._real[fn] = self._realpath(fn)  # a relative name too (a sys.path entry ".")
+            stdlib = fn.startswith("<frozen ") or (real.startswith(self._stdlib) and "-packages" not in real)
             if not stdlib:
-                return None
+                # code from a file outside the installed folders is a file the student wrote (a
+                # %%writefile module, one written with open()): the student's; the rest is a library's
+                return None if real.startswith(self._installed) else (fn, f.f_lineno)
             # modules that hand frames to their caller (bdb and pdb: the debuggers' get_stack) read them
             # on its behalf, so their reads are the caller's (the ninth red team's bdb.Bdb().get_stack)
             if direct and not fn.endswith(("inspect.py", "traceback.py", "linecache.py", "bdb.py", "pdb.py")):

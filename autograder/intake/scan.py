@@ -244,6 +244,7 @@ def costs(sl: GradedSlice, forbidden: frozenset) -> list[str]:
         return []
     own_defs = {n for s in sl.statements if sl.cells[s.cell].kind != "locked"
                 for n in _defined_names(s.node)}
+    own_modules = {s.module for s in sl.statements if s.module}  # the notebook's %%writefile modules
     found = []
     paths = module_paths(sl)
     graded = sl.graded_code()
@@ -264,7 +265,7 @@ def costs(sl: GradedSlice, forbidden: frozenset) -> list[str]:
                 pass
             elif isinstance(n, ast.Attribute):
                 on_self = isinstance(n.value, ast.Name) and n.value.id in ("self", "cls") and n.attr in own_attrs
-                if n.attr in forbidden and not on_self:
+                if n.attr in forbidden and not on_self and not _only_own(values.ev(n.value), own_modules):
                     hit = _show(n)
                 elif n.attr in TORCH_INTERNALS:
                     hit = f"torch's internal reference implementations ({_show(n)})"
@@ -286,6 +287,15 @@ def costs(sl: GradedSlice, forbidden: frozenset) -> list[str]:
             if hit:
                 found.append(f"{hit} ({sl.where(st, n)})")
     return sorted(set(found))
+
+
+def _only_own(vals, own_modules) -> bool:
+    """Whether every value an expression may hold is the student's own: a class or function the
+    graded code defines (``Norms.rms_norm`` of ``class Norms``), or one of the notebook's
+    ``%%writefile`` modules (``helper.rms_norm``), whose files are graded code scanned like a cell,
+    so what they bind under the name costs there (the thirteenth red team: an honest helper named
+    ``rms_norm`` lost 14 of 18 points)."""
+    return bool(vals) and all(v.startswith("<def>") or v.split(".")[0] in own_modules for v in vals)
 
 
 def _defined_names(stmt) -> set[str]:

@@ -952,6 +952,7 @@ def saved_probe(ns, cases) -> list:
     out = []
     old = _live_storages()  # every storage alive before any forward (held, so no address is reused)
     old_buffers = _live_buffers()  # and every buffer outside torch (numpy, bytearray, array, mmap)
+    old_tensors = _tensor_places()  # and where every tensor alive points, empty ones included
     _fingerprint(torch.zeros(1), -1)  # numpy's bridge loads now, not while a case is measured
     for seed, shape, dtype in cases:
         got, own = None, []
@@ -961,7 +962,7 @@ def saved_probe(ns, cases) -> list:
         gc.freeze()
         try:
             for k in range(SAVED_TRIES):
-                one = _saved_once(cls, inputs, old, old_buffers, own)
+                one = _saved_once(cls, inputs, old, old_buffers, old_tensors, own)
                 own.append(one)
                 if got is None or _kept_total(one["kept"]) < _kept_total(got["kept"]):
                     got = one
@@ -971,8 +972,42 @@ def saved_probe(ns, cases) -> list:
         finally:
             gc.unfreeze()
         out.append(got)
-    del old, old_buffers
+    del old, old_buffers, old_tensors
     return out
+
+
+def _tensor_places() -> list:
+    """``[(tensor or storage, data_ptr, nbytes)]`` for every one the collector tracks now, empty ones
+    included: forward may point one made in advance at new memory (``t.set_(...)``, ``t.data = ...``,
+    a storage's ``resize_``), which keeps that memory alive as a new storage would (the thirteenth red
+    team's empty slots, refilled with ``set_`` and emptied again when the graph dies)."""
+    out = []
+    with torch._C.DisableTorchFunctionSubclass():
+        for o in gc.get_objects():
+            kind = type(o)
+            if issubclass(kind, torch.Tensor) or issubclass(kind, torch.UntypedStorage):
+                try:
+                    st = o if issubclass(kind, torch.UntypedStorage) else torch.Tensor.untyped_storage(o)
+                    out.append((o, st.data_ptr(), st.nbytes()))
+                except Exception:  # noqa: BLE001 -- sparse or nested: no storage of its own
+                    continue
+    return out
+
+
+def _repointed(places, skip) -> dict:
+    """``{data_ptr: nbytes}`` of the memory the tensors and storages of ``places`` point at now, where
+    that is not where they pointed when ``places`` was taken (and not in ``skip``)."""
+    found = {}
+    with torch._C.DisableTorchFunctionSubclass():
+        for o, ptr, nbytes in places:
+            try:
+                st = o if isinstance(o, torch.UntypedStorage) else torch.Tensor.untyped_storage(o)
+                now, size = st.data_ptr(), st.nbytes()
+            except Exception:  # noqa: BLE001
+                continue
+            if (now, size) != (ptr, nbytes) and size and now not in skip:
+                found[now] = size
+    return found
 
 
 def _live_buffers() -> dict:
@@ -1061,7 +1096,7 @@ def _over_only_elsewhere(got, shape, dtype) -> bool:
     return total > bound >= rest
 
 
-def _saved_once(cls, inputs, old, old_buffers, own) -> dict:
+def _saved_once(cls, inputs, old, old_buffers, old_tensors, own) -> dict:
     """One measurement of what forward keeps on one case (see :func:`saved_probe`; ``inputs``:
     :func:`fused_inputs`), the collector frozen by the caller: ``own`` holds the probe's records
     of the earlier tries, which are not forward's."""
@@ -1102,6 +1137,7 @@ def _saved_once(cls, inputs, old, old_buffers, own) -> dict:
     written = {ptr: nbytes for ptr, (nbytes, o, fp) in prints.items() if _fingerprint(o, ptr) != fp}
     written.update({("buffer", key): _buffer_bytes(old_buffers[key]) for key, fp in buffer_prints.items()
                     if _fingerprint_buffer(old_buffers[key]) != fp})
+    repointed = _repointed(old_tensors, ours)
     saved = [t for ref in packed if (t := ref()) is not None]
     attrs, on_ctx = _ctx_walk(node)
     elsewhere = _new_blobs(made, on_ctx)
@@ -1120,6 +1156,8 @@ def _saved_once(cls, inputs, old, old_buffers, own) -> dict:
             kept.setdefault(ptr, {"nbytes": nbytes, **_seen_as(o), "where": "elsewhere"})
     for ptr, nbytes in written.items():  # a buffer forward wrote into keeps what it wrote: counted whole
         kept.setdefault(ptr, {"nbytes": nbytes, "shape": [nbytes], "dtype": "uint8", "where": "written"})
+    for ptr, nbytes in repointed.items():  # memory a tensor made before forward now points at
+        kept.setdefault(ptr, {"nbytes": nbytes, "shape": [nbytes], "dtype": "uint8", "where": "repointed"})
     got = {"saved": [t.detach().clone() for t in saved],
            "attrs": [t.detach().clone() for t in attrs],
            "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"]))}
@@ -1172,7 +1210,7 @@ def _describe(ts) -> str:
 
 
 KEPT_ITEM = {"nbytes": ANY, "shape": ANY, "dtype": ANY, "where": ANY}
-WHERE_KEPT = ("saved", "ctx", "elsewhere", "written")
+WHERE_KEPT = ("saved", "ctx", "elsewhere", "written", "repointed")
 
 
 def _numel(k) -> int:
@@ -1244,8 +1282,13 @@ def saved_judge(out, cases) -> None:
         elsewhere = [k for k in kept if k["where"] == "elsewhere"]
         views = [k for k in kept if k["nbytes"] > _seen_bytes(k)]
         written = [k for k in kept if k["where"] == "written"]
+        repointed = [k for k in kept if k["where"] == "repointed"]
         if total > bound:
-            if written:
+            if repointed:
+                msg = (f"forward points a tensor that existed before it was called at new memory "
+                       f"({_describe_written(repointed)}: with set_, .data = or a storage's resize_?), which keeps "
+                       "it alive until backward like a saved tensor. Keep only h, weight and rstd")
+            elif written:
                 msg = (f"forward writes into memory that existed before it was called ({_describe_written(written)}: "
                        "an arena or a workspace made in advance?), and what it writes there stays until backward "
                        "like a saved tensor: the buffer counts whole. Keep only h, weight and rstd")

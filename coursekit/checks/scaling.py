@@ -66,7 +66,18 @@ from coursekit.checks import threads as _threads
 _settrace, _gettrace = sys.settrace, sys.gettrace
 #: torch's own Python code and this module's (the dispatch machinery and the op counter run some of
 #: their lines once per op): not in ``hot``
-_TORCH_DIR, _HERE = os.path.dirname(torch.__file__) + os.sep, __file__
+_TORCH_DIR, _HERE = os.path.realpath(os.path.dirname(torch.__file__)) + os.sep, os.path.realpath(__file__)
+_realpath = os.path.realpath
+#: a code's file name -> whether the file it names is torch's own (or this module): judged by the
+#: real path, since a name like <torch>/../../home/student/x.py (a sys.path entry the student made)
+#: starts like torch's and is the student's file (the thirteenth red team's uncounted loop)
+_TORCHS: dict = {}
+
+
+def _is_torchs(file: str) -> bool:
+    real = file if file.startswith("<") else _realpath(file)
+    _TORCHS[file] = got = real.startswith(_TORCH_DIR) or real == _HERE
+    return got
 
 
 class _OpCount(TorchDispatchMode):
@@ -98,7 +109,10 @@ class Meter:
         if event == "line":
             self.lines[0] += 1
             file = frame.f_code.co_filename
-            if not (file.startswith(_TORCH_DIR) or file == _HERE):  # lines that run once per op, not per item
+            torchs = _TORCHS.get(file)
+            if torchs is None:
+                torchs = _is_torchs(file)
+            if not torchs:  # torch's own lines run once per op, not per item
                 where = (frame.f_code, frame.f_lineno)
                 self.hits[where] = self.hits.get(where, 0) + 1
         return self._trace
