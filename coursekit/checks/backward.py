@@ -37,8 +37,10 @@ a ``torch.compile`` column), float32 ``1024 x 256`` on one CPU thread otherwise.
 """
 from __future__ import annotations
 
+import collections
 import gc
 import hashlib
+import io
 import sys
 import threading
 import time
@@ -855,7 +857,13 @@ def _blob(o):
             return (id(o.obj), o.nbytes) if o.nbytes else None
         except ValueError:  # released
             return None
-    if kind in (list, tuple, dict, set, frozenset) and len(o) >= BLOB_MIN_ITEMS:
+    if kind is io.BytesIO:
+        try:
+            with o.getbuffer() as view:
+                return (id(o), view.nbytes) if view.nbytes else None
+        except (ValueError, BufferError):  # closed
+            return None
+    if kind in (list, tuple, dict, set, frozenset, collections.deque) and len(o) >= BLOB_MIN_ITEMS:
         import numbers
         import sys
         items = list(o.values()) if kind is dict else list(o)
@@ -880,34 +888,68 @@ def _ctx_walk(ctx):
         b = _blob(o)
         if b is not None:
             blobs.setdefault(*b)
-            if not isinstance(o, (list, tuple, dict, set, frozenset)):  # a container may hold tensors too
+            if not isinstance(o, _CONTAINERS):  # a container may hold tensors too
                 continue
-        if isinstance(o, dict):
-            todo += list(o.keys()) + list(o.values())
-        elif isinstance(o, (list, tuple, set, frozenset)):
-            todo += list(o)
-        elif not isinstance(o, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-                                types.MethodType, str, bytes, int, float, complex, bool)) \
-                and isinstance(getattr(o, "__dict__", None), dict):
-            todo.append(o.__dict__)
+        todo += _held(o)
     return found, blobs
+
+
+#: containers a copy may be made of (:func:`_blob`) that may hold tensors too
+_CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
+#: what the walks do not enter: they lead out to the whole program (types, modules) or hold nothing
+_OPAQUE = (type, types.ModuleType, types.CodeType, str, bytes, int, float, complex, bool, type(None),
+           torch.dtype, torch.device)
+
+
+def _held(o) -> list:
+    """The objects ``o`` holds, for the walks from ctx and from what forward made, read by the
+    collector (no code of the student's runs): a container's items, any object's ``__dict__`` and
+    ``__slots__`` values, a ``functools.partial``'s arguments; a function's defaults, closure and
+    attributes (not its globals: they lead to the whole program), a method's object. Types and
+    modules are not entered. (A copy in an object with ``__slots__`` or in a lambda's default
+    argument was not reached: the fourteenth red team.)"""
+    if isinstance(o, _OPAQUE) or isinstance(o, torch.Tensor):
+        return []
+    if isinstance(o, types.FunctionType):
+        out = list(o.__defaults__ or ()) + list((o.__kwdefaults__ or {}).values()) + list(vars(o).values())
+        for cell in o.__closure__ or ():
+            try:
+                out.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+        return out
+    if isinstance(o, (types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType)):
+        return [x for x in (getattr(o, "__self__", None), getattr(o, "__func__", None))
+                if x is not None and not isinstance(x, (type, types.ModuleType))]
+    try:
+        return [r for r in gc.get_referents(o) if not isinstance(r, (type, types.ModuleType))]
+    except Exception:  # noqa: BLE001
+        return []
 
 
 def _new_blobs(objects, skip) -> dict:
     """The copies outside torch (:func:`_blob`) among ``objects`` (what the collector tracks that
     forward made and kept) and the objects they hold, ``skip``'s keys aside: ``{key: nbytes}``."""
-    blobs = {}
+    blobs, seen = {}, set()
     for o in objects:
-        near = [o]
-        if type(o) in (list, dict, tuple, types.CellType, set):
-            near += gc.get_referents(o)
-        elif isinstance(getattr(o, "__dict__", None), dict) and not isinstance(o, (type, types.ModuleType)):
-            near += list(o.__dict__.values())
-        for c in near:
+        if isinstance(o, (type, types.ModuleType)):
+            continue
+        todo = [(o, 0)]
+        while todo:
+            c, depth = todo.pop()
             b = _blob(c)
             if b is not None and b[0] not in skip:
                 blobs.setdefault(*b)
+            if depth == 0 or (not gc.is_tracked(c) and id(c) not in seen and depth < NEW_WALK_DEPTH):
+                # what an object forward made holds, and on through what the collector does not track
+                # (those are never among ``objects`` themselves): a tuple holding an array, an array's base
+                seen.add(id(c))
+                todo += [(h, depth + 1) for h in _held(c)]
     return blobs
+
+
+#: how deep the walk from an object forward made goes through objects the collector does not track
+NEW_WALK_DEPTH = 16
 
 
 def _storage_of(t: torch.Tensor) -> tuple:
@@ -917,9 +959,17 @@ def _storage_of(t: torch.Tensor) -> tuple:
 
 
 def _seen_as(t) -> dict:
+    """The shape and dtype a kept storage was seen through, and ``span``: the bytes of the storage
+    that view reaches (from the start to its last element), which a storage cannot be smaller than;
+    an expanded view (stride 0) reaches fewer bytes than its elements take (the fourteenth red team:
+    an honest ``rstd.expand_as(h)`` was taken for a forged record)."""
     if isinstance(t, torch.Tensor):
-        return {"shape": list(t.shape), "dtype": str(t.dtype)[6:]}
-    return {"shape": [t.nbytes()], "dtype": "uint8"}  # a storage held on its own: its bytes
+        with torch._C.DisableTorchFunctionSubclass():
+            elem = t.element_size()
+            span = 0 if t.numel() == 0 else \
+                (t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * elem
+        return {"shape": list(t.shape), "dtype": str(t.dtype)[6:], "span": span}
+    return {"shape": [t.nbytes()], "dtype": "uint8", "span": t.nbytes()}  # a storage held on its own: its bytes
 
 
 def saved_probe(ns, cases) -> list:
@@ -1146,7 +1196,8 @@ def _saved_once(cls, inputs, old, old_buffers, old_tensors, own) -> dict:
     # copies outside torch (numpy, bytes, lists of numbers) count like tensors: bytes kept
     for label, blobs in (("ctx", on_ctx), ("elsewhere", elsewhere)):
         for key, nbytes in blobs.items():
-            kept.setdefault(("blob", key), {"nbytes": nbytes, "shape": [nbytes, 1], "dtype": "uint8", "where": label})
+            kept.setdefault(("blob", key), {"nbytes": nbytes, "shape": [nbytes, 1], "dtype": "uint8", "span": nbytes,
+                                            "where": label})
     for label, ts in (("saved", saved), ("ctx", attrs)):  # new or not (weight existed before forward)
         for t in ts:
             ptr, nbytes = _storage_of(t)
@@ -1155,9 +1206,9 @@ def _saved_once(cls, inputs, old, old_buffers, old_tensors, own) -> dict:
         if ptr not in before:
             kept.setdefault(ptr, {"nbytes": nbytes, **_seen_as(o), "where": "elsewhere"})
     for ptr, nbytes in written.items():  # a buffer forward wrote into keeps what it wrote: counted whole
-        kept.setdefault(ptr, {"nbytes": nbytes, "shape": [nbytes], "dtype": "uint8", "where": "written"})
+        kept.setdefault(ptr, {"nbytes": nbytes, "shape": [nbytes], "dtype": "uint8", "span": nbytes, "where": "written"})
     for ptr, nbytes in repointed.items():  # memory a tensor made before forward now points at
-        kept.setdefault(ptr, {"nbytes": nbytes, "shape": [nbytes], "dtype": "uint8", "where": "repointed"})
+        kept.setdefault(ptr, {"nbytes": nbytes, "shape": [nbytes], "dtype": "uint8", "span": nbytes, "where": "repointed"})
     got = {"saved": [t.detach().clone() for t in saved],
            "attrs": [t.detach().clone() for t in attrs],
            "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"]))}
@@ -1209,7 +1260,7 @@ def _describe(ts) -> str:
     return ", ".join(f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in ts) or "nothing"
 
 
-KEPT_ITEM = {"nbytes": ANY, "shape": ANY, "dtype": ANY, "where": ANY}
+KEPT_ITEM = {"nbytes": ANY, "shape": ANY, "dtype": ANY, "span": ANY, "where": ANY}
 WHERE_KEPT = ("saved", "ctx", "elsewhere", "written", "repointed")
 
 
@@ -1240,7 +1291,8 @@ def _expect_kept(kept) -> list:
         raise CheckFailed("the probe's record of saved tensors is malformed")
     for k in kept:
         expect_structure(k, KEPT_ITEM)
-        if not (type(k["nbytes"]) is int and k["nbytes"] > 0 and isinstance(k["shape"], list)
+        if not (type(k["nbytes"]) is int and k["nbytes"] > 0 and type(k["span"]) is int and k["span"] >= 0
+                and isinstance(k["shape"], list)
                 and all(type(s) is int and s >= 0 for s in k["shape"]) and k["where"] in WHERE_KEPT
                 and isinstance(k["dtype"], str) and isinstance(getattr(torch, k["dtype"], None), torch.dtype)):
             raise CheckFailed("the probe's record of saved tensors is malformed")
@@ -1255,7 +1307,7 @@ def _expect_kept_matches_saved(kept, saved) -> None:
 
     want = Counter((tuple(t.shape), str(t.dtype)[6:]) for t in saved)
     got = Counter((tuple(k["shape"]), k["dtype"]) for k in kept if k["where"] == "saved")
-    if got != want or any(k["nbytes"] < _seen_bytes(k) for k in kept):
+    if got != want or any(k["nbytes"] < k["span"] for k in kept):
         raise CheckFailed("the probe's record of what forward keeps does not match the tensors it saved")
 
 
