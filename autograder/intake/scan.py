@@ -560,6 +560,61 @@ def _probe_reach(sl: GradedSlice) -> set[str]:
     return out
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _scope_nodes(scope):
+    """The nodes of a function's, lambda's or class's own body: not the bodies of the functions,
+    lambdas and classes in it (each its own scope), but their names, decorators, defaults and
+    bases, which run in it."""
+    todo = list(scope.body) if isinstance(scope.body, list) else [scope.body]
+    while todo:
+        n = todo.pop()
+        yield n
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo += n.args.defaults + [d for d in n.args.kw_defaults if d is not None] + getattr(n, "decorator_list", [])
+        elif isinstance(n, ast.ClassDef):
+            todo += n.bases + [k.value for k in n.keywords] + n.decorator_list
+        else:
+            todo += ast.iter_child_nodes(n)
+
+
+def _scope_binds(scope) -> set[str]:
+    """Names a function, lambda or class binds in its own scope: its arguments, assignment, for,
+    with, except-as, match and comprehension targets, and the functions and classes it defines;
+    not names it declares ``global``, nor imports (a module is module-level state however bound)."""
+    out, declared_global = set(), set()
+    if not isinstance(scope, ast.ClassDef):
+        a = scope.args
+        out |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None}
+    for n in _scope_nodes(scope):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
+            out.add(n.name)
+        elif isinstance(n, ast.MatchMapping) and n.rest:
+            out.add(n.rest)
+        elif isinstance(n, ast.Global):
+            declared_global |= set(n.names)
+    return out - declared_global
+
+
+def _scopes(node, outer: frozenset = frozenset(), in_function: bool = False):
+    """(scope, the names local to it) for each function and lambda in a top-level ``def`` or
+    ``class``, and each class inside a function: a name is local if the scope or an enclosing
+    function binds it (closures write into their enclosing function's locals, not module state;
+    a class's own names are not visible in its methods)."""
+    local = outer | _scope_binds(node)
+    is_class = isinstance(node, ast.ClassDef)
+    if in_function or not is_class:
+        yield node, local
+    for n in _scope_nodes(node):
+        if isinstance(n, _SCOPES):
+            yield from _scopes(n, outer if is_class else local, in_function or not is_class)
+
+
 def _review_module_state(sl, st, modules, flag, probe_reach=frozenset(), values=None, deadline=None) -> None:
     """Functions the probes can call that write into module-level state, and module-level writes
     into modules."""
@@ -567,16 +622,10 @@ def _review_module_state(sl, st, modules, flag, probe_reach=frozenset(), values=
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         if not st.graded or node.name not in probe_reach:
             return
-        for fn in ast.walk(node):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                continue
+        for scope, local in _scopes(node):
             in_time(deadline)
-            a = fn.args
-            local = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None}
-            body = fn.body if isinstance(fn.body, list) else [fn.body]
-            local |= {m.id for b in body for m in ast.walk(b) if isinstance(m, ast.Name) and isinstance(m.ctx, ast.Store)}
-            for m in (x for b in body for x in ast.walk(b)):
-                if isinstance(m, (ast.Global, ast.Nonlocal)):
+            for m in _scope_nodes(scope):
+                if isinstance(m, ast.Global):  # ``nonlocal x`` is an enclosing function's local
                     flag(st, m, "a graded function that rebinds module-level names")
                 elif isinstance(m, (ast.Attribute, ast.Subscript)) and isinstance(m.ctx, (ast.Store, ast.Del)):
                     if values is not None and values.seeding_write(m):
