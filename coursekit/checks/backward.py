@@ -986,10 +986,12 @@ def saved_probe(ns, cases) -> list:
     as a test cell starts, and the lists and bytes they make are new objects like forward's. So a
     case whose measurement is over the bound *only through what was found outside ctx* is measured
     again, up to :data:`SAVED_TRIES` times, and its leanest measurement is kept: a kernel's passing
-    message does not come back (CI saw one, 560 bytes, once in some hundred runs of the solution).
-    The collector stays frozen from the case's first try to its last, so a later try still counts
-    what an earlier try's forward made and holds (a cache keyed by the inputs, filled on the first
-    try and hit on the next, counts on every try).
+    message does not come back (CI saw one, 560 bytes, once in some hundred runs of the solution),
+    nor does a cache made once on a first call (torch's own or the student's). Each try draws new
+    inputs of the same shape and dtype (the seed moved by :data:`SAVED_SEED_STEP`, recorded as
+    ``try``): a cache keyed by the inputs misses and counts again (it hit on the same inputs, the
+    eleventh red team's route), and memory an earlier try made and a later one writes into is
+    fingerprinted, since everything alive before a try is taken anew.
 
     Memory that existed before forward counts too when forward writes into it: the CPU storages
     and the buffers outside torch (:func:`_live_buffers`: numpy, bytearray, array, mmap) alive
@@ -1000,30 +1002,23 @@ def saved_probe(ns, cases) -> list:
     """
     cls = fused_class(ns)
     out = []
-    old = _live_storages()  # every storage alive before any forward (held, so no address is reused)
-    old_buffers = _live_buffers()  # and every buffer outside torch (numpy, bytearray, array, mmap)
-    old_tensors = _tensor_places()  # and where every tensor alive points, empty ones included
     _fingerprint(torch.zeros(1), -1)  # numpy's bridge loads now, not while a case is measured
     for seed, shape, dtype in cases:
-        got, own = None, []
-        inputs = fused_inputs(seed, shape, {}, dtype)  # made before the freeze: not forward's
-        # Frozen once per case: every try sees what the earlier tries' forwards made and still
-        # hold (a cache filled on the first try counts on the next), and nothing from before.
-        gc.freeze()
-        try:
-            for k in range(SAVED_TRIES):
-                one = _saved_once(cls, inputs, old, old_buffers, old_tensors, own)
-                own.append(one)
-                if got is None or _kept_total(one["kept"]) < _kept_total(got["kept"]):
-                    got = one
-                if not _over_only_elsewhere(got, shape, dtype):
-                    break
-                _settle(SAVED_SETTLE_S * 4 ** k)
-        finally:
-            gc.unfreeze()
+        got = None
+        for k in range(SAVED_TRIES):
+            one = _saved_once(cls, fused_inputs(seed + k * SAVED_SEED_STEP, shape, {}, dtype))
+            one["try"] = k
+            if got is None or _kept_total(one["kept"]) < _kept_total(got["kept"]):
+                got = one
+            if not _over_only_elsewhere(got, shape, dtype):
+                break
+            _settle(SAVED_SETTLE_S * 4 ** k)
         out.append(got)
-    del old, old_buffers, old_tensors
     return out
+
+
+#: how far each further try of a case moves its seed (see :func:`saved_probe`)
+SAVED_SEED_STEP = 7919
 
 
 def _tensor_places() -> list:
@@ -1146,11 +1141,13 @@ def _over_only_elsewhere(got, shape, dtype) -> bool:
     return total > bound >= rest
 
 
-def _saved_once(cls, inputs, old, old_buffers, old_tensors, own) -> dict:
+def _saved_once(cls, inputs) -> dict:
     """One measurement of what forward keeps on one case (see :func:`saved_probe`; ``inputs``:
-    :func:`fused_inputs`), the collector frozen by the caller: ``own`` holds the probe's records
-    of the earlier tries, which are not forward's."""
+    :func:`fused_inputs`, made before anything is taken)."""
     x, r, w, _, _ = inputs
+    old = _live_storages()  # every storage alive now (held, so no address is reused)
+    old_buffers = _live_buffers()  # every buffer outside torch (numpy, bytearray, array, mmap)
+    old_tensors = _tensor_places()  # where every tensor alive points, empty ones included
     packed = []
 
     def pack(t):
@@ -1161,29 +1158,32 @@ def _saved_once(cls, inputs, old, old_buffers, old_tensors, own) -> dict:
         return held
 
     leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
-    mine = _own_objects(own)
     ours = _live_storages([x, r, w, *leaves])
     before = dict(old)
     before.update(ours)
-    before.update(_live_storages([o for o in mine.values() if isinstance(o, torch.Tensor)]))
     # what was in memory before forward: forward may write into it (an arena made in advance)
     prints = {ptr: (nbytes, o, fp) for ptr, (nbytes, o) in old.items()
               if ptr not in ours and (fp := _fingerprint(o, ptr)) is not None}
     buffer_prints = {key: fp for key, o in old_buffers.items() if (fp := _fingerprint_buffer(o)) is not None}
-    probe_own = {id(packed), id(leaves), id(mine), id(ours), id(before), id(prints), id(own), id(buffer_prints)}
-    # anomaly mode off while forward runs (a notebook may have switched it on): it hangs a
-    # traceback string on every node, which is not what forward keeps
-    with torch.enable_grad(), torch.autograd.set_detect_anomaly(False), \
-            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
-    node = y.grad_fn
-    if node is None:
-        raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
-                          "inputs passed to it?")
-    del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
-    gc.collect()
-    made = [o for o in gc.get_objects() if id(o) not in mine and id(o) not in probe_own]
-    after = _live_storages(made)
+    # Everything alive now is frozen: the collector then scans, and get_objects returns, only the
+    # objects made from here on (what forward made and kept), which is fast on a big heap.
+    gc.freeze()
+    try:
+        # anomaly mode off while forward runs (a notebook may have switched it on): it hangs a
+        # traceback string on every node, which is not what forward keeps
+        with torch.enable_grad(), torch.autograd.set_detect_anomaly(False), \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
+        node = y.grad_fn
+        if node is None:
+            raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
+                              "inputs passed to it?")
+        del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
+        gc.collect()
+        made = gc.get_objects()
+        after = _live_storages(made)
+    finally:
+        gc.unfreeze()
     written = {ptr: nbytes for ptr, (nbytes, o, fp) in prints.items() if _fingerprint(o, ptr) != fp}
     written.update({("buffer", key): _buffer_bytes(old_buffers[key]) for key, fp in buffer_prints.items()
                     if _fingerprint_buffer(old_buffers[key]) != fp})
@@ -1212,7 +1212,7 @@ def _saved_once(cls, inputs, old, old_buffers, old_tensors, own) -> dict:
     got = {"saved": [t.detach().clone() for t in saved],
            "attrs": [t.detach().clone() for t in attrs],
            "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"]))}
-    del node, saved, attrs, before, after, mine
+    del node, saved, attrs, before, after, old, old_buffers, old_tensors
     return got
 
 
@@ -1221,21 +1221,6 @@ def _buffer_bytes(o) -> int:
         return memoryview(o).nbytes
     except Exception:  # noqa: BLE001
         return max(1, len(o))
-
-
-def _own_objects(records) -> dict:
-    """``{id: object}`` of everything in the probe's own records (dicts, lists, tensors), held."""
-    found, todo = {}, [records]
-    while todo:
-        o = todo.pop()
-        if id(o) in found:
-            continue
-        found[id(o)] = o
-        if isinstance(o, dict):
-            todo += list(o.values())
-        elif isinstance(o, list):
-            todo += o
-    return found
 
 
 def _fingerprint(o, ptr):
@@ -1312,9 +1297,11 @@ def _expect_kept_matches_saved(kept, saved) -> None:
 
 
 def saved_judge(out, cases) -> None:
-    for (seed, shape, dtype), got in paired(cases, out, {"saved": ANY, "attrs": ANY, "kept": ANY}):
-        if not (isinstance(got["saved"], list) and isinstance(got["attrs"], list)):
+    for (seed, shape, dtype), got in paired(cases, out, {"saved": ANY, "attrs": ANY, "kept": ANY, "try": ANY}):
+        if not (isinstance(got["saved"], list) and isinstance(got["attrs"], list)
+                and type(got["try"]) is int and 0 <= got["try"] < SAVED_TRIES):
             raise CheckFailed("the probe's record of saved tensors is malformed")
+        seed += got["try"] * SAVED_SEED_STEP  # the inputs of the measurement kept
         ts = [expect_tensor(t, "a saved tensor") for t in got["saved"] + got["attrs"]]
         kept = _expect_kept(got["kept"])
         _expect_kept_matches_saved(kept, got["saved"])
