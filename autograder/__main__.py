@@ -234,6 +234,8 @@ def main(argv=None) -> int:
     if nbcourse is not None:  # names and kept manual grades from the course's gradebook
         nbgrader_course.annotate(outcomes, nbcourse, {(o.student_id, o.assignment) for o in fresh})
         results.print_kept_manual(fresh, nbcourse.db_url)
+    outcomes = [results.printable(o) for o in outcomes]  # every writer below gets text it can encode
+    fresh = [results.printable(o) for o in fresh]
     results.write_csv(outcomes, out / "grades.csv")
     results.write_json(outcomes, out / "results.json")
     from autograder.report import feedback

@@ -30,6 +30,29 @@ class EarlierResultsError(Exception):
     """The output folder holds earlier results that cannot be read (exit code 2)."""
 
 
+def printable(value):
+    """``value`` with every string in it (dict keys, list items, dataclass fields, at any depth)
+    encodable as UTF-8: a lone surrogate becomes its escape (``\\udcff``). Text a submission
+    controls (an exception's message, a file name given to ``compile``, a file name that is not
+    UTF-8) reaches the rows as is, and one such character made every writer raise, so that one
+    student stopped the whole class's CSV, feedback, report and gradebook (the fifteenth red team)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(printable(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            setattr(value, f.name, printable(getattr(value, f.name)))
+        return value
+    return value
+
+
 def text_cell(value) -> str:
     """A text cell safe to open in a spreadsheet: never read as a formula."""
     s = "" if value is None else str(value)
