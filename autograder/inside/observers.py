@@ -108,6 +108,7 @@ class Observers:
         #: the notebook's %%writefile modules (the plan names them): importing one during a test, as a
         #: function's first call may, is not an event (its file is graded code, reviewed like a cell)
         self.own_modules = frozenset()
+        self._modules_seen = set(sys.modules)  # the modules loaded before any student code
         self._eager = False  # torch.compile was switched off (dynamo's config.disable) before any student code
 
     # ---------------------------------------------------------------- the audit hook
@@ -194,9 +195,34 @@ class Observers:
 
     def cell_report(self) -> list:
         """The student's events in the cell that just ran, as text (the grader flags the row)."""
-        out = [self._text(e) for e in self._events]
+        out = [self._text(e) for e in self._events] + self._foreign_modules()
         self._events = []
         return out
+
+    def _foreign_modules(self) -> list:
+        """Modules loaded since the last look from a file outside the installed folders that is not
+        one of the notebook's %%writefile modules: code the review never read (a module written into
+        a zip on ``sys.path``, the sixteenth red team's loop unless traced). Each is named once."""
+        found = []
+        try:
+            names = [n for n in list(sys.modules) if n not in self._modules_seen]
+        except Exception:  # noqa: BLE001
+            return found
+        for name in names:
+            self._modules_seen.add(name)
+            m = sys.modules.get(name)
+            if name in self.own_modules or not isinstance(m, types.ModuleType):
+                continue
+            try:  # the module's own dict, read without any attribute code of a subclass
+                file = _MODULE_DICT.__get__(m).get("__file__")
+            except Exception:  # noqa: BLE001
+                continue
+            if isinstance(file, str):
+                real = self._real.get(file) or self._realpath(file)
+                if not real.startswith(self._installed):
+                    found.append(f"a module loaded from a file the notebook wrote, which the review did not read: "
+                                 f"{name} ({file[:120]})")
+        return found
 
     def probe_start(self, label):
         """Before a test's probe: the state checks, then watch."""
@@ -211,7 +237,7 @@ class Observers:
             sys.audit("resnorm.nonce", nonce)
         except BaseException:  # noqa: BLE001 -- another hook refused it: the nonce does not come back
             pass
-        events = [self._text(e) for e in self._events]
+        events = [self._text(e) for e in self._events] + self._foreign_modules()
         self._events = []
         return {"events": events, "problems": self.check(inside=False), "nonce": self._nonce}
 
@@ -399,6 +425,8 @@ class Observers:
 
 
 _GONE = object()
+#: a module's own dict (the member of ModuleType itself: a subclass's __dict__ property is not run)
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"]
 
 
 def _detail(event, args) -> str:
