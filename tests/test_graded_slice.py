@@ -926,3 +926,33 @@ def test_an_own_static_method_named_like_the_builtin_costs_nothing():
     code = ("class Norms:\n    @staticmethod\n    def layer_norm(x, mu, var, eps):\n"
             "        return (x - mu) * torch.rsqrt(var + eps)\n\n" + with_forward("Norms.layer_norm(x, mu, var, self.eps)"))
     assert costs([code]) == [] and review([code]) == []
+
+
+#: exercise 05: a function's local or parameter named like a module-level import holds its own value, not the import's
+SHADOWED_IMPORT = [
+    BACKWARD.format(line="grad = grad_out * rstd\n    _y = grad.to(x.dtype)"),
+    BACKWARD.replace("(grad_out, x", "(grad, x").replace("grad_out", "grad").format(line="_y = grad.to(x.dtype)"),
+    BACKWARD.format(line="for grad in (grad_out, x):\n        _y = grad.to(x.dtype)"),
+    BACKWARD.format(line="def _h(grad):\n        return grad.to(x.dtype)\n    _y = _h(grad_out)"),
+    BACKWARD.format(line="grad = grad_out * 2\n    def _h():\n        return grad.to(x.dtype)\n    _y = _h()"),
+]
+
+
+@pytest.mark.parametrize("code", SHADOWED_IMPORT, ids=range(len(SHADOWED_IMPORT)))
+def test_exercise_05_a_local_named_like_an_imported_autograd_function_is_not_flagged(code):
+    sl = sliced(["from torch.autograd import grad\n" + code], gid="rmsnorm_backward_impl")
+    assert scan.review(sl) == []
+
+
+@pytest.mark.parametrize("prefix, line", [
+    ("g = torch.autograd.grad\n", "y = g(x.sum(), x)"),
+    ("from torch.autograd import grad\n", "y = grad(x.sum(), x)"),
+    ("from torch.autograd import grad\n", "global grad\n    grad = grad\n    y = grad(x.sum(), x)"),
+    ("from torch.autograd import grad\ndef _run(f, t):\n    return f(t.sum(), t)\n", "y = _run(grad, x)"),
+    ("from torch.autograd import grad\ndef _pick(f):\n    g = f\n    return g\n", "y = _pick(grad)(x.sum(), x)"),
+    ("import torch.autograd as ag\n", "a = ag\n    def _h():\n        return a.grad(x.sum(), x)\n    y = _h()"),
+    ("import torch.autograd as ag\n", "a = 1\n    def _h():\n        nonlocal a\n        a = ag\n    _h()\n    y = a.grad(x.sum(), x)"),
+])
+def test_exercise_05_autograd_through_parameters_closures_and_globals_is_still_flagged(prefix, line):
+    found = scan.review(sliced([prefix + BACKWARD.format(line=line)], gid="rmsnorm_backward_impl"))
+    assert any("autograd run inside a hand-written backward" in f for f in found), found

@@ -250,11 +250,12 @@ def costs(sl: GradedSlice, forbidden: frozenset) -> list[str]:
     graded = sl.graded_code()
     # names looked up by value: getattr(F, TABLE["k"]) costs as F.layer_norm does when "layer_norm"
     # is among the values the lookup's name may hold (the review's reading of the code, by value)
-    values = Values([resolved(st.node) for st in sl.running_code()],
+    trees = {id(st): resolved(st.node) for st in sl.running_code()}
+    values = Values(list(trees.values()),
                     [s.node for s in sl.statements if s.runs and sl.cells[s.cell].kind == "locked"])
     for st in graded:
         own_attrs = _own_attrs(st.node)
-        for n in ast.walk(resolved(st.node)):
+        for n in ast.walk(trees.get(id(st)) or resolved(st.node)):  # the trees the values were read from
             hit = None
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr" \
                     and len(n.args) >= 2:
@@ -737,12 +738,62 @@ def _reflective(v: str) -> str | None:
     return None
 
 
+class _Scope:
+    """A function's scope: the names it binds itself (parameters, assignment, for, with, except and
+    import targets, nested defs and classes) less those it declares global or nonlocal."""
+
+    def __init__(self, fn, parent: "_Scope | None"):
+        self.prefix = f"<def>{fn.name}:"
+        self.parent = parent
+        a = fn.args
+        self.own = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
+        declared, self.globals = set(), set()
+        stack = list(fn.body)
+        while stack:
+            n = stack.pop()
+            if isinstance(n, (ast.Global, ast.Nonlocal)):
+                declared |= set(n.names)
+                if isinstance(n, ast.Global):
+                    self.globals |= set(n.names)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                self.own.add(n.id)
+            elif isinstance(n, ast.ExceptHandler) and n.name:
+                self.own.add(n.name)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                self.own |= {a.asname or a.name.split(".")[0] for a in n.names if a.name != "*"}
+            elif hasattr(ast, "MatchAs") and isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+                self.own.add(n.name)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.own.add(n.name)  # bound here; its body is its own scope (a class's: read as outside)
+                a2 = getattr(n, "args", None)
+                stack += n.decorator_list + (a2.defaults + [d for d in a2.kw_defaults if d] if a2 else [])
+                continue
+            if isinstance(n, ast.Lambda):
+                stack += n.args.defaults + [d for d in n.args.kw_defaults if d] + [n.body]
+                continue
+            stack += list(ast.iter_child_nodes(n))
+        self.own -= declared
+
+    def resolve(self, name: str) -> str:
+        s = self
+        while s is not None:
+            if name in s.globals:
+                return name
+            if name in s.own:
+                return s.prefix + name
+            s = s.parent
+        return name
+
+
 class Values:
     """A small abstract interpretation of the code that runs: the values of interest (modules,
     reflective builtins, torch's namespaces and whatever is reached under them, short strings) each
-    name, attribute name, function result and container may hold. Flow- and scope-insensitive
-    (a name holds everything it is ever bound to, anywhere), so an alias cannot hide a value; a
-    container holds what is put in it; a fixed number of passes over the code keeps it linear."""
+    name, attribute name, function result and container may hold. Flow-insensitive (a name holds
+    everything it is ever bound to in its scope), so an alias cannot hide a value; a name a function
+    binds (a parameter, an assignment's target... unless declared global or nonlocal) is that
+    function's own, keyed "<def>f:name" (a closure reads the enclosing function's), so a local named
+    like a module-level import does not take the import's value; a container holds what is put in
+    it; a fixed number of passes over the code keeps it linear."""
 
     def __init__(self, trees: list, locked_trees: list):
         self.names: dict[str, set] = {}
@@ -757,10 +808,12 @@ class Values:
         self.star: set[str] = set()  # modules imported with *
         self._edges: list = []
         self._calls: list = []
+        self._scope: dict[int, _Scope] = {}  # id(node) -> the scope its names are looked up in
         for tree in locked_trees:
             self.locked |= {a.asname or a.name.split(".")[0] for n in ast.walk(tree)
                             if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
         for tree in list(locked_trees) + list(trees):
+            self._scopes(tree)
             self._collect(tree)
         self.converged = False
         for _ in range(_PASSES):  # each pass follows every binding once, in order; most code settles in 2
@@ -780,6 +833,31 @@ class Values:
             return True
         return False
 
+    def _scopes(self, tree) -> None:
+        """Each node's scope: a function's parameters and body are its own; its decorators,
+        defaults and annotations, and everything outside functions, the enclosing one's."""
+        stack = [(tree, None)]
+        while stack:
+            node, scope = stack.pop()
+            self._scope[id(node)] = scope
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner = _Scope(node, scope)
+                a = node.args
+                outer = a.defaults + [d for d in a.kw_defaults if d is not None] + node.decorator_list \
+                    + [x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
+                       if x is not None and x.annotation is not None] + ([node.returns] if node.returns else [])
+                stack += [(c, scope) for c in outer]
+                stack.append((a, inner))
+                self._scope[id(a)] = inner
+                stack += [(c, inner) for c in node.body]
+                continue
+            stack += [(c, scope) for c in ast.iter_child_nodes(node)]
+
+    def _key(self, node, name: str) -> str:
+        """The key ``name`` is tracked under where ``node`` is."""
+        scope = self._scope.get(id(node))
+        return scope.resolve(name) if scope is not None else name
+
     def _collect(self, tree) -> None:
         stack = [(tree, None, False)]
         while stack:
@@ -787,28 +865,29 @@ class Values:
             child_fn, child_class = fn, False
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 key = f"<def>{node.name}"
-                self._bind_name(node.name, None, const={key})
+                self._bind_name(node.name, None, const={key}, key=self._key(node, node.name))
                 a = node.args
                 params = [x.arg for x in a.posonlyargs + a.args]
+                local = lambda p: self._key(a, p)  # noqa: E731 -- a parameter's key in the function
                 decorators = {d.id if isinstance(d, ast.Name) else getattr(d, "attr", None) for d in node.decorator_list}
                 # the receiver its first parameter takes through obj.f(...): a method's self, a classmethod's cls
                 receiver = None if not in_class or "staticmethod" in decorators else \
                     "cls" if "classmethod" in decorators else "self"
-                self.params.setdefault(key, []).append((params, receiver))
+                self.params.setdefault(key, []).append((params, receiver, {p: local(p) for p in params}))
                 self.bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
                 self.otherwise |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
                 for p, d in zip(params[::-1], a.defaults[::-1]):
-                    self._edges.append(("name", p, d))
+                    self._edges.append(("name", local(p), d))
                 for x, d in zip(a.kwonlyargs, a.kw_defaults):
                     if d is not None:
-                        self._edges.append(("name", x.arg, d))
+                        self._edges.append(("name", local(x.arg), d))
                 if in_class:  # a method is an attribute; a property's value is what it returns
                     props = any((d.id if isinstance(d, ast.Name) else getattr(d, "attr", None))
                                 in ("property", "cached_property") for d in node.decorator_list)
                     self._edges.append(("attr_returns" if props else "attr_const", node.name, key))
                 child_fn = key
             elif isinstance(node, ast.ClassDef):
-                self._bind_name(node.name, None, const={f"<def>{node.name}"})
+                self._bind_name(node.name, None, const={f"<def>{node.name}"}, key=self._key(node, node.name))
                 self.classes.add(f"<def>{node.name}")
                 child_class = True
             elif isinstance(node, ast.Lambda):
@@ -832,7 +911,7 @@ class Values:
                     path = a.name if a.asname else a.name.split(".")[0]
                     self.bound.add(name)
                     self.imported.setdefault(name, set()).add(path)
-                    self.names.setdefault(name, set()).add(path)
+                    self.names.setdefault(self._key(node, name), set()).add(path)
             elif isinstance(node, ast.ImportFrom):
                 for a in node.names:
                     if a.name == "*":  # every name the code does not bind may come from the module
@@ -844,7 +923,7 @@ class Values:
                     path = f"{node.module}.{a.name}" if node.module and not node.level else None
                     self.imported.setdefault(name, set()).add(path or f"<relative>{a.name}")
                     if path:
-                        self.names.setdefault(name, set()).add(path)
+                        self.names.setdefault(self._key(node, name), set()).add(path)
             elif isinstance(node, ast.Call):
                 self._calls.append(node)
             elif isinstance(node, ast.ExceptHandler) and node.name:
@@ -856,20 +935,21 @@ class Values:
             for c in ast.iter_child_nodes(node):
                 stack.append((c, child_fn, child_class))
 
-    def _bind_name(self, name: str, expr, const=None) -> None:
+    def _bind_name(self, name: str, expr, const=None, key: str | None = None) -> None:
+        key = key or name
         self.bound.add(name)
         self.otherwise.add(name)
         if const:
-            self.names.setdefault(name, set()).update(const)
+            self.names.setdefault(key, set()).update(const)
         if expr is not None:
-            self._edges.append(("name", name, expr))
+            self._edges.append(("name", key, expr))
             if isinstance(expr, ast.Lambda):
-                self.names.setdefault(name, set()).add(f"<def>{name}")
+                self.names.setdefault(key, set()).add(f"<def>{name}")
                 self._edges.append(("return", f"<def>{name}", expr.body))
 
     def _bind(self, target, value, in_class: bool) -> None:
         if isinstance(target, ast.Name):
-            self._bind_name(target.id, value)
+            self._bind_name(target.id, value, key=self._key(target, target.id))
             if in_class:
                 self._edges.append(("attr", target.id, value))
         elif isinstance(target, (ast.Tuple, ast.List)):
@@ -886,9 +966,11 @@ class Values:
         elif isinstance(target, ast.Attribute):
             self._edges.append(("attr", target.attr, value))
         elif isinstance(target, ast.Subscript):
-            r = root_name(target.value)
-            if r is not None:  # a container holds what is put in it (its keys' strings aside)
-                self._edges.append(("held", r, value))
+            root = target.value
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if isinstance(root, ast.Name):  # a container holds what is put in it (its keys' strings aside)
+                self._edges.append(("held", self._key(root, root.id), value))
 
     def _propagate(self) -> bool:
         changed = False
@@ -905,14 +987,14 @@ class Values:
                 changed |= self._add(table, key, vals)
         for call in self._calls:  # a student's function called with values: its parameters hold them
             for f in self.ev(call.func):
-                for params, receiver in self.params.get(f, ()):
+                for params, receiver, keys in self.params.get(f, ()):
                     for skip in self._skips(call, params, receiver):
                         for p, a in zip(params[skip:], call.args):
                             if not isinstance(a, ast.Starred):
-                                changed |= self._add(self.names, p, self.ev(a))
+                                changed |= self._add(self.names, keys[p], self.ev(a))
                     for k in call.keywords:
-                        if k.arg in params:
-                            changed |= self._add(self.names, k.arg, self.ev(k.value))
+                        if k.arg in keys:
+                            changed |= self._add(self.names, keys[k.arg], self.ev(k.value))
         return changed
 
     def _skips(self, call: ast.Call, params: list, receiver) -> tuple:
@@ -955,7 +1037,7 @@ class Values:
     def _ev(self, node, d) -> set:
         ev = lambda n: self.ev(n, d)  # noqa: E731
         if isinstance(node, ast.Name):
-            out = set(self.names.get(node.id, ()))
+            out = set(self.names.get(self._key(node, node.id), ()))
             if node.id == "__builtins__":
                 out.add("builtins")
             elif node.id in _BUILTIN_NAMES and node.id not in self.imported:
