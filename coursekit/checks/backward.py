@@ -1003,10 +1003,14 @@ def saved_probe(ns, cases) -> list:
     cls = fused_class(ns)
     out = []
     _fingerprint(torch.zeros(1), -1)  # numpy's bridge loads now, not while a case is measured
+    # the buffers outside torch, found once (a walk over every object's referents, the probe's
+    # dearest step) and again before a retry, when an earlier try may have made one
+    buffers = _live_buffers()
     for seed, shape, dtype in cases:
         got = None
         for k in range(SAVED_TRIES):
-            one = _saved_once(cls, fused_inputs(seed + k * SAVED_SEED_STEP, shape, {}, dtype))
+            one = _saved_once(cls, fused_inputs(seed + k * SAVED_SEED_STEP, shape, {}, dtype),
+                              buffers if k == 0 else _live_buffers())
             one["try"] = k
             if got is None or _kept_total(one["kept"]) < _kept_total(got["kept"]):
                 got = one
@@ -1061,12 +1065,20 @@ def _live_buffers() -> dict:
     collector's objects and the objects they hold (a numpy array is not tracked by the collector:
     it is found in the dict or list that holds it). Held, so no id is reused."""
     objects = gc.get_objects()
+    kinds = {bytearray} | {getattr(sys.modules.get(m), n, bytearray) for m, n in (("array", "array"), ("mmap", "mmap"))}
+    numpy = sys.modules.get("numpy")
+    arrays = numpy.ndarray if numpy is not None else ()
     found = {}
+    # the common types are passed over with one set look-up each (no call per object)
+    common = {dict, list, tuple, str, int, float, set, frozenset, type, types.FunctionType, types.CellType,
+              types.MethodType, types.BuiltinFunctionType, types.CodeType, types.ModuleType, bool, type(None)}
     for o in objects + gc.get_referents(*objects):
         kind = type(o)
-        if kind is bytearray or (kind.__module__ in ("array", "mmap") and kind.__name__ in ("array", "mmap")):
+        if kind in common:
+            continue
+        if kind in kinds:
             found[id(o)] = o
-        elif kind.__module__ == "numpy" and kind.__name__ == "ndarray":
+        elif arrays and isinstance(o, arrays):
             while type(getattr(o, "base", None)).__name__ == "ndarray":
                 o = o.base
             base = o.base
@@ -1141,12 +1153,11 @@ def _over_only_elsewhere(got, shape, dtype) -> bool:
     return total > bound >= rest
 
 
-def _saved_once(cls, inputs) -> dict:
+def _saved_once(cls, inputs, old_buffers) -> dict:
     """One measurement of what forward keeps on one case (see :func:`saved_probe`; ``inputs``:
-    :func:`fused_inputs`, made before anything is taken)."""
+    :func:`fused_inputs`, made before anything is taken; ``old_buffers``: :func:`_live_buffers`)."""
     x, r, w, _, _ = inputs
     old = _live_storages()  # every storage alive now (held, so no address is reused)
-    old_buffers = _live_buffers()  # every buffer outside torch (numpy, bytearray, array, mmap)
     old_tensors = _tensor_places()  # where every tensor alive points, empty ones included
     packed = []
 
