@@ -109,6 +109,7 @@ class Observers:
         #: function's first call may, is not an event (its file is graded code, reviewed like a cell)
         self.own_modules = frozenset()
         self._modules_seen = set(sys.modules)  # the modules loaded before any student code
+        self._imported_at = {}  # module name -> (file, line) of the student's code that imported it first
         self._eager = False  # torch.compile was switched off (dynamo's config.disable) before any student code
 
     # ---------------------------------------------------------------- the audit hook
@@ -141,6 +142,12 @@ class Observers:
         if event == "resnorm.nonce":
             self._nonce = args[0] if args else None
             return
+        if event == "import" and args and args[0] not in self._imported_at and args[0] not in self._modules_seen:
+            # where the student's code imported a module first (the review names it with a module
+            # loaded from a file the notebook wrote, :meth:`_foreign_modules`)
+            where = self._is_student(sys._getframe(2), direct=False)
+            if where is not None:
+                self._imported_at[args[0]] = where
         if event in PROBE_ONLY and not self._phase_test:
             return
         if event == "import" and args and args[0] in self.own_modules:
@@ -220,8 +227,10 @@ class Observers:
             if isinstance(file, str):
                 real = self._real.get(file) or self._realpath(file)
                 if not real.startswith(self._installed):
+                    at = self._imported_at.get(name) or self._imported_at.get(name.split(".")[0])
+                    place = self._place(*at) if at else f"{self._step[1]}, line ?"
                     found.append(f"a module loaded from a file the notebook wrote, which the review did not read: "
-                                 f"{name} ({file[:120]})")
+                                 f"{name} ({file[:120]}) ({place})")
         return found
 
     def probe_start(self, label):
