@@ -55,6 +55,8 @@ def test_honest_work_keeps_full_marks_unflagged_and_attacks_gain_nothing_unseen(
                 assert c.review in row["review"] and ", line " in row["review"], (c.student, row["review"])
             elif c.loses == "all":
                 assert float(row["score"]) == 0, (c.student, row["score"])
+            elif c.loses == "none":  # an attack on the grader itself (its output), not on the points
+                assert float(row["score"]) == full, (c.student, row["message"])
             else:
                 assert set(c.loses) <= lost, (c.student, c.loses, lost)
 
