@@ -1129,18 +1129,14 @@ def _kept_total(kept) -> int:
 
 def kept_bound(shape, dtype, rstd_elem: int) -> int:
     """The bytes forward may keep: h + weight + one rstd number per row (``rstd_elem`` bytes)."""
-    d, rows = shape[-1], 1
-    for s in shape[:-1]:
-        rows *= s
+    d, rows = shape[-1], scaling.prod(shape[:-1])
     elem = torch.empty((), dtype=dtype).element_size()
     return rows * d * elem + d * elem + rows * rstd_elem
 
 
 def _rstd_elem(ts, shape) -> int:
     """8 when the per-row tensor kept is float64 (the contract allows rstd "in at least float32")."""
-    d, rows = shape[-1], 1
-    for s in shape[:-1]:
-        rows *= s
+    d, rows = shape[-1], scaling.prod(shape[:-1])
     per_row = [t for t in ts if t.numel() == rows and t.numel() != d]
     return 8 if per_row and per_row[0].dtype == torch.float64 else 4
 
@@ -1316,10 +1312,7 @@ def saved_judge(out, cases) -> None:
         ts = [expect_tensor(t, "a saved tensor") for t in got["saved"] + got["attrs"]]
         kept = _expect_kept(got["kept"])
         _expect_kept_matches_saved(kept, got["saved"])
-        d = shape[-1]
-        rows = 1
-        for s in shape[:-1]:
-            rows *= s
+        d, rows = shape[-1], scaling.prod(shape[:-1])
         per_row = [t for t in ts if t.numel() == rows and t.numel() != d]
         # the contract: rstd "in at least float32": a float64 one takes 8 bytes a row
         rstd_elem = _rstd_elem(ts, shape)
