@@ -467,3 +467,41 @@ def test_a_cache_made_once_on_the_first_call_does_not_count():
         backward = base.backward
 
     assert outcome("fused_add_rmsnorm_saves_little", {FUSED: Lazy}) is None
+
+
+def test_dead_weak_proxies_on_the_heap_or_on_ctx_do_not_fail_an_honest_forward():
+    """CI failed 16 honest submissions "your code raised ReferenceError": a ``weakref.proxy`` whose
+    object had died, left on the heap by an earlier test, met ``isinstance`` in the probe's walk
+    (which asks the proxy for ``__class__``). The walks read types only: dead proxies on the heap,
+    one on ctx, and an object whose ``__class__`` is a property that raises change nothing."""
+    import weakref
+
+    class Gone:
+        pass
+
+    class Touchy:
+        @property
+        def __class__(self):
+            raise RuntimeError("the walk asked for __class__")
+
+    def dead():
+        g = Gone()
+        p, c = weakref.proxy(g), weakref.proxy(lambda: None)
+        del g
+        return p, c
+
+    heap = [dead() for _ in range(20)] + [Touchy() for _ in range(20)]
+    base = _solution()[FUSED]
+
+    class HoldsAProxy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            ctx.owner = dead()[0]
+            ctx.odd = Touchy()
+            return base.forward(ctx, *args)
+
+        backward = base.backward
+
+    assert outcome("fused_add_rmsnorm_saves_little", {FUSED: base}) is None
+    assert outcome("fused_add_rmsnorm_saves_little", {FUSED: HoldsAProxy}) is None
+    assert len(heap) == 40

@@ -162,3 +162,26 @@ def test_torch_layers_code_is_seen_however_it_is_called(solution, how):
     ns = dict(solution, TransformerBlock=TransformerBlock)
     msg = outcome("transformer_block_prenorm_matches_torch", ns)
     assert msg is not None and "runs torch's nn.TransformerEncoderLayer" in msg, msg
+
+
+def test_the_walk_for_torch_layers_reads_types_only():
+    """A dead ``weakref.proxy`` raises on ``isinstance`` (it asks the object for ``__class__``), and a
+    ``__class__`` property is the student's code: the walk from the block meets both and still finds
+    the layer beside them."""
+    import weakref
+
+    from coursekit.checks.transformer import reachable_torch_layers
+
+    class Gone:
+        pass
+
+    class Touchy:
+        @property
+        def __class__(self):
+            raise RuntimeError("the walk asked for __class__")
+
+    g = Gone()
+    proxy = weakref.proxy(g)
+    del g
+    assert reachable_torch_layers([[proxy, Touchy(), {"layer": nn.TransformerEncoderLayer(8, 2)}]]) \
+        == {"TransformerEncoderLayer"}

@@ -120,26 +120,26 @@ def reachable_torch_layers(roots, limit: int = WALK_LIMIT) -> set:
         if id(o) in seen:
             continue
         seen.add(id(o))
-        if isinstance(o, (types.ModuleType, str, bytes, int, float, complex, bool, type(None))):
+        if issubclass(type(o), (types.ModuleType, str, bytes, int, float, complex, bool, type(None))):
             continue
-        if isinstance(o, type):
+        if issubclass(type(o), type):
             if not _is_torch_or_builtin(o):
                 todo += list(vars(o).values()) + list(o.__bases__)
             continue
         name = _torch_layer_name(o)
         if name:
             found.add(name)
-        if isinstance(o, types.FunctionType):
+        if issubclass(type(o), types.FunctionType):
             owner = _borrowed_layer_code(o)
             if owner:
                 found.add(owner)
             todo += [c.cell_contents for c in (o.__closure__ or ()) if _cell_full(c)]
             todo += [o.__defaults__ or (), o.__kwdefaults__ or {}, o.__dict__]
-        elif isinstance(o, types.MethodType):
+        elif issubclass(type(o), types.MethodType):
             todo += [o.__self__, o.__func__]
-        elif isinstance(o, (staticmethod, classmethod)):
+        elif issubclass(type(o), (staticmethod, classmethod)):
             todo.append(o.__func__)
-        elif isinstance(o, property):
+        elif issubclass(type(o), property):
             todo += [o.fget, o.fset, o.fdel]
         else:
             todo += gc.get_referents(o)
