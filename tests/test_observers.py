@@ -23,10 +23,20 @@ from coursekit.checks.ops import block_kernels
 blocked = block_kernels(["layer_norm", "native_layer_norm"])
 import observers
 obs = observers.install(blocked)
+class _Relay:  # as the harness does, its own stdout wrapper, a class of a script run as __main__
+    def __init__(self, out): self.out = out
+    def write(self, s): return self.out.write(s)
+    def flush(self): self.out.flush()
+    def __getattr__(self, name): return getattr(self.out, name)
+sys.stdout, sys.stderr = _Relay(sys.stdout), _Relay(sys.stderr)  # a Thread keeps sys.stderr
 from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance(colors="NoColor")
 shell.user_ns["torch"] = torch
 out = {}
+import threading
+from coursekit.checks import threads
+out["history_thread"] = any(t.name == "IPythonHistorySavingThread" for t in threading.enumerate())
+out["after_setup"] = threads.foreign_threads()
 
 def cell(label, src):
     obs.cell(label)
@@ -85,6 +95,22 @@ def test_the_students_reflection_is_named_with_its_cell_and_line(seen):
     for what in ("gc.get_objects", "sys._getframe", "object.__getattr__ function.__code__", "exec"):
         assert what in ev, ev
     assert "(reflective, line 2)" in ev, ev
+
+
+def test_a_thread_the_harness_started_before_any_cell_is_not_the_students(tmp_path):
+    """IPython's history thread starts with the shell, before any cell, whenever it has a home to write
+    its history to (the grader with --no-sandbox): it is the harness's. It was named the student's on
+    every row (the seventeenth red team), since the harness, run as a script, defines its classes in
+    ``__main__``, where a notebook's live."""
+    code = SCRIPT % {"inside": str(ROOT / "autograder" / "inside")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env=dict(venv_env(), OMP_NUM_THREADS="1", TORCH_COMPILE_DISABLE="1", HOME=str(tmp_path)))
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = json.loads(line[len("RESULT"):])
+    assert out["history_thread"] is True
+    assert out["after_setup"] == [], out["after_setup"]
+    assert True in out["student_thread"] and out["foreign"], out
 
 
 def test_a_thread_the_student_started_is_known_as_theirs(seen):

@@ -379,7 +379,9 @@ class Observers:
         def start(thread):
             where = me._is_student(sys._getframe(1), direct=False)
             student = where is not None
-            if not student:
+            if not student and me._step[0] == "setup":
+                pass  # no student code has run yet: the harness's own (IPython's history thread, with a home)
+            elif not student:
                 student = threads._carries_student_code([getattr(thread, "_target", None),
                                                          getattr(thread, "_args", ()), thread])
             count[0] += 1

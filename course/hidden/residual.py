@@ -131,13 +131,16 @@ class BlockDropout:
         out["eval"] = [blk(x), blk(x)]
         post = build(ns, c.SEED, dropout=c.P, norm_first=False).eval()
         out["post_eval"] = post(x)
+        post = build(ns, c.SEED + 1, dropout=c.P, norm_first=False, residual_scale=c.S, dead=POST_DEAD).train()
+        manual_seed(ns, c.SEED + 1)
+        out["post_train"] = post(x)
         return out
 
     @staticmethod
     @torch.no_grad()
     def judge(out):
         c = BlockDropout
-        expect_structure(out, {"train": ANY, "eval": [ANY, ANY], "post_eval": ANY})
+        expect_structure(out, {"train": ANY, "eval": [ANY, ANY], "post_eval": ANY, "post_train": ANY})
         x = inputs(c.SEED)
         F_, ln = parts(c.SEED)
         branch = c.S * F_(ln(x))
@@ -164,3 +167,42 @@ class BlockDropout:
                 raise CheckFailed(f"{what} is wrong: {DROPOUT_IN_EVAL}")
             expect_close(y_eval, x + branch, what=what)
         expect_close(out["post_eval"], _post(F_, ln, x), what="the post-norm block's output in eval mode")
+        _judge_post_train(out["post_train"], x)
+
+
+#: output features of the post-norm train case's sublayer that are 0 whatever x is (see _post_sum)
+POST_DEAD = 2
+
+
+def _post_sum(y, x, ln) -> torch.Tensor:
+    """The sum z = x + s * Dropout(F(x)) that a post-norm block normed into ``y``, read back through the
+    norm. LayerNorm gives y = w * (z - mean) / std + b per row, so u = (y - b) / w is z up to one scale and
+    one shift per row; where F is dead (the first :data:`POST_DEAD` features) z is x itself, which pins both."""
+    u = (y - ln.bias) / ln.weight
+    u0, u1, x0, x1 = u[..., :1], u[..., 1:2], x[..., :1], x[..., 1:2]
+    std = (x0 - x1) / (u0 - u1)
+    return u * std + (x0 - u0 * std)
+
+
+def _judge_post_train(got, x) -> None:
+    """Post-norm in train mode: norm(x + s * Dropout(F(x))), dropout on the branch only. The norm hides
+    where the dropout went, so the sum it normed is read back (:func:`_post_sum`) and judged as in
+    pre-norm: sum - x must be the dropped branch. (A post-norm block whose dropout hit the stream,
+    norm(Dropout(x + s * F(x))), kept full marks while only its eval mode was probed: the seventeenth
+    red team.)"""
+    c = BlockDropout
+    F_, ln = parts(c.SEED + 1, dead=POST_DEAD)
+    what = f"the post-norm block's output in train mode (dropout={c.P}, residual_scale={c.S})"
+    y = expect_tensor(got, what)
+    if y.shape != x.shape:
+        raise CheckFailed(f"{what} has shape {tuple(y.shape)}, expected {tuple(x.shape)}")
+    branch = c.S * F_(x)
+    if torch.allclose(y, ln(x + branch), rtol=1e-7, atol=1e-7):
+        raise CheckFailed(f"{what} is wrong: {NO_DROPOUT}")
+    z = _post_sum(y, x, ln)
+    live = (..., slice(POST_DEAD, None))
+    if bool(torch.isfinite(z).all()) and dropped_pattern((z - x)[live], branch[live], c.P) \
+            and torch.allclose(ln(z), y, rtol=1e-7, atol=1e-7):
+        return
+    raise CheckFailed(f"{what} is wrong: post-norm is norm(x + residual_scale * dropout(F(x))): dropout acts on "
+                      "the branch only, before the add and the norm (not on x, not on x + branch, not after the norm)")

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from coursekit.checks import CheckFailed, frozen, register
-from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
+from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, is_close, paired
 from coursekit.checks.seeded import DTYPE, Parts, block_formula, dropped_pattern, make_norm, randn
 from coursekit.checks.transformer import (D, FF, H, SHAPE, _judge_block, _judge_stack, _probe_block,
                                           _probe_pre_and_post, _probe_stack, _stack_cases, block_suspects,
@@ -117,13 +117,23 @@ class BlockDropout:
         for first in (True, False):
             blk = build_block(ns, c.SEED, dropout=c.P, norm_first=first).eval()
             out[f"eval_{first}"] = [blk(x), blk(x)]
+        # post-norm in train mode: both sublayers silenced, the block is norm2(norm1(x)) exactly, whatever dropout
+        # draws, unless dropout touches the stream; with attention alone, its dropout must show
+        blk = silence_sublayer(silence_sublayer(build_block(ns, c.SEED, dropout=c.P, norm_first=False).train(), "ffn"),
+                               "attn")
+        manual_seed(ns, c.SEED)
+        out["post_silent"] = blk(x)
+        blk = silence_sublayer(build_block(ns, c.SEED, dropout=c.P, norm_first=False).train(), "ffn")
+        manual_seed(ns, c.SEED)
+        out["post_attn"] = blk(x)
         return out
 
     @staticmethod
     @torch.no_grad()
     def judge(out):
         c = BlockDropout
-        expect_structure(out, {"ffn": ANY, "attn": ANY, "eval_True": [ANY, ANY], "eval_False": [ANY, ANY]})
+        expect_structure(out, {"ffn": ANY, "attn": ANY, "eval_True": [ANY, ANY], "eval_False": [ANY, ANY],
+                               "post_silent": ANY, "post_attn": ANY})
         x, vals = inputs(c.SEED), block_values(c.SEED)
         p = Parts(vals, D, H, FF)
         branches = {"attn": ("attention", p.sa(p.norm1(x))), "ffn": ("FFN", p.ff(p.norm2(x)))}
@@ -149,6 +159,20 @@ class BlockDropout:
             if y1.shape == y2.shape and not torch.equal(y1, y2):
                 raise CheckFailed(f"{what} changes from call to call: {DROPOUT_IN_EVAL}")
             expect_close(y1, expected, what=what, suspects=block_suspects(vals, x, first))
+        # post-norm in train mode (a block whose dropout hit the stream, Norm(Dropout(x + SA(x))), kept full marks
+        # while only its eval mode was probed: the seventeenth red team)
+        what = f"the post-norm block's output in train mode (dropout={c.P}, both sublayers' output projections zero)"
+        y = expect_tensor(out["post_silent"], what)
+        if not is_close(y, p.norm2(p.norm1(x))):
+            raise CheckFailed(f"{what} is wrong: it should be norm2(norm1(x)) whatever dropout draws. Dropout acts on "
+                              "each sublayer's output (here 0) before its residual add, not on the stream "
+                              "(x + sublayer(x)) and not after a norm")
+        what = f"the post-norm block's output in train mode (dropout={c.P}, only the attention sublayer active)"
+        y = expect_tensor(out["post_attn"], what)
+        undropped = p.norm2(p.norm1(x + p.sa(x)))
+        if y.shape == undropped.shape and torch.allclose(y, undropped, rtol=1e-7, atol=1e-7):
+            raise CheckFailed(f"{what} is wrong: dropout is missing on the attention output: "
+                              "norm1(x + Dropout(attention(x)))")
 
 
 def _masked_multiple(y, full) -> bool:

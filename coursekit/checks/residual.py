@@ -38,13 +38,16 @@ DROPOUT_ON_STREAM = "dropout is applied to the residual stream (x + branch); it 
 # Shared by probes and judges: the same sublayer, norm weights and inputs from the same seeds
 # --------------------------------------------------------------------------------------------
 
-def sublayer(seed: int, zero: bool = False) -> nn.Module:
-    """F: a seeded Linear(D, D) then Tanh (zero weights: F(x) = 0)."""
+def sublayer(seed: int, zero: bool = False, dead: int = 0) -> nn.Module:
+    """F: a seeded Linear(D, D) then Tanh (zero weights: F(x) = 0; ``dead``: its first ``dead``
+    output features are 0 whatever x is)."""
     lin = nn.Linear(D, D, dtype=DTYPE)
     w = values([("weight", (D, D), "linear"), ("bias", (D,), "bias")], seed + 1000)
     with torch.no_grad():
         lin.weight.copy_(0 * w["weight"] if zero else w["weight"])
         lin.bias.copy_(0 * w["bias"] if zero else 3 * w["bias"])
+        lin.weight[:dead] = 0
+        lin.bias[:dead] = 0
     return nn.Sequential(lin, nn.Tanh())
 
 
@@ -58,10 +61,12 @@ def inputs(seed: int, scale: float = 1.5, offset: float = 0.7) -> torch.Tensor:
 
 @remotable
 def build(ns: dict, seed: int, *, norm="layer", norm_first=True, dropout=0.0, residual_scale=1.0,
-          zero=False) -> nn.Module:
-    """The student's ResidualBlock around our sublayer, float64, with our norm weights (probe side)."""
-    block = ns["ResidualBlock"](D, sublayer(seed, zero), norm=norm, norm_first=norm_first,
-                                dropout=dropout, residual_scale=residual_scale)
+          zero=False, dead=0, defaults=False) -> nn.Module:
+    """The student's ResidualBlock around our sublayer, float64, with our norm weights (probe side);
+    ``defaults``: built as ``ResidualBlock(D, sublayer)``, every other argument left to its default."""
+    F_ = sublayer(seed, zero, dead)
+    block = ns["ResidualBlock"](D, F_) if defaults else \
+        ns["ResidualBlock"](D, F_, norm=norm, norm_first=norm_first, dropout=dropout, residual_scale=residual_scale)
     block = as_module(block, "ResidualBlock(...)")
     block.double()
     if not isinstance(getattr(block, "norm", None), nn.Module):
@@ -71,9 +76,9 @@ def build(ns: dict, seed: int, *, norm="layer", norm_first=True, dropout=0.0, re
     return block
 
 
-def parts(seed: int, kind: str = "layer", eps=None):
+def parts(seed: int, kind: str = "layer", eps=None, dead: int = 0):
     """Judge side: (F, norm) as torch modules with the probe's weights."""
-    return sublayer(seed), make_norm(kind, D, norm_values(seed, kind), "norm.", eps)
+    return sublayer(seed, dead=dead), make_norm(kind, D, norm_values(seed, kind), "norm.", eps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,6 +173,7 @@ def _post(F_, norm, x, s=1.0):
 
 
 PRE_CASES = ((10, 1.5, 0.7), (11, 4.0, -2.0), (12, 1e-3, 5e-4))  # (seed, scale, offset); the last one needs eps=1e-5
+DEFAULTS_SEED = 13  # ResidualBlock(D, F) with nothing else given
 
 
 @register("residual_block_prenorm", needs=("ResidualBlock",))
@@ -180,12 +186,14 @@ class BlockPreNorm:
         for seed, scale, offset in PRE_CASES:
             blk = build(ns, seed)
             out.append(blk(inputs(seed, scale, offset)))
-        return out
+        # ResidualBlock(D, F) as built, in train mode: the defaults are pre-norm, LayerNorm, no dropout, scale 1
+        return {"cases": out, "defaults": build(ns, DEFAULTS_SEED, defaults=True)(inputs(DEFAULTS_SEED))}
 
     @staticmethod
     @torch.no_grad()
     def judge(out):
-        for (seed, scale, offset), y in paired(PRE_CASES, out):
+        expect_structure(out, {"cases": ANY, "defaults": ANY})
+        for (seed, scale, offset), y in paired(PRE_CASES, out["cases"]):
             x = inputs(seed, scale, offset)
             F_, ln = parts(seed)
             expect_close(y, _pre(F_, ln, x), what="the pre-norm block's output", suspects={
@@ -196,6 +204,12 @@ class BlockPreNorm:
                 NORM_ON_OUTPUT: x + ln(F_(x)),
                 "LayerNorm's eps should be 1e-5 (nn.LayerNorm's default)": _pre(F_, parts(seed, eps=1e-6)[1], x),
             })
+        x = inputs(DEFAULTS_SEED)
+        F_, ln = parts(DEFAULTS_SEED)
+        expect_close(out["defaults"], _pre(F_, ln, x), what="ResidualBlock(dim, sublayer)'s output, in train mode "
+                     "(the defaults are norm='layer', norm_first=True, dropout=0.0, residual_scale=1.0)", suspects={
+                         "norm_first's default should be True (pre-norm)": _post(F_, ln, x),
+                     })
 
 
 @register("residual_block_zero_sublayer_is_identity", needs=("ResidualBlock",))

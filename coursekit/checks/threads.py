@@ -48,8 +48,8 @@ def _carries_student_code(obj, depth: int = 5, seen=None) -> bool:
     if isinstance(obj, types.MethodType):
         return _carries_student_code(obj.__func__, depth, seen) or _carries_student_code(obj.__self__, depth - 1, seen)
     if isinstance(obj, type):
-        return obj.__module__ == "__main__"
-    if type(obj).__module__ == "__main__":
+        return _notebook_class(obj)
+    if _notebook_class(type(obj)):
         return True
     if isinstance(obj, (list, tuple, set, frozenset)):
         return any(_carries_student_code(o, depth - 1, seen) for o in list(obj)[:64])
@@ -59,6 +59,19 @@ def _carries_student_code(obj, depth: int = 5, seen=None) -> bool:
     if isinstance(d, dict) and not isinstance(obj, types.ModuleType):
         return any(_carries_student_code(o, depth - 1, seen) for o in list(d.values())[:64])
     return False
+
+
+def _notebook_class(cls) -> bool:
+    """A class the notebook defined: its module is ``__main__`` and none of its methods comes from a
+    file that is not a cell (a script run as ``__main__``, the grader's harness among them, defines
+    classes there too: with --no-sandbox, IPython's history thread held one and was named the
+    student's, the seventeenth red team)."""
+    if getattr(cls, "__module__", None) != "__main__":
+        return False
+    codes = [(v.__func__ if type(v) in (staticmethod, classmethod) else v).__code__ for v in vars(cls).values()
+             if type(v) in (types.FunctionType, staticmethod, classmethod)
+             and type(v.__func__ if type(v) in (staticmethod, classmethod) else v) is types.FunctionType]
+    return not any(not is_student_file(c.co_filename) for c in codes)
 
 
 def foreign_threads() -> list[str]:

@@ -347,21 +347,30 @@ def no_torch_layers(owner: str):
 # --------------------------------------------------------------------------------------------
 
 @remotable
-def build_block(ns, seed, *, norm="layer", norm_first=True, dropout=0.0) -> nn.Module:
-    blk = ns["TransformerBlock"](D, H, FF, dropout=dropout, norm_first=norm_first, norm=norm)
+def build_block(ns, seed, *, norm="layer", norm_first=True, dropout=0.0, defaults=False) -> nn.Module:
+    """The student's TransformerBlock in float64 with our weights; ``defaults``: built as
+    ``TransformerBlock(d_model, n_heads, d_ff)``, every other argument left to its default."""
+    blk = ns["TransformerBlock"](D, H, FF) if defaults else \
+        ns["TransformerBlock"](D, H, FF, dropout=dropout, norm_first=norm_first, norm=norm)
     blk = as_module(blk, "TransformerBlock(...)").double()
     load_into(blk, block_values(seed, norm), "TransformerBlock", BLOCK_HINT)
     return blk
 
 
 @remotable
-def build_stack(ns, seed, n_layers, *, norm="layer", norm_first=True) -> nn.Module:
-    stk = ns["TransformerStack"](n_layers, D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm)
+def build_stack(ns, seed, n_layers, *, norm="layer", norm_first=True, defaults=False) -> nn.Module:
+    """The student's TransformerStack in float64 with our weights; ``defaults``: built as
+    ``TransformerStack(n_layers, d_model, n_heads, d_ff)``, every other argument left to its default."""
+    stk = ns["TransformerStack"](n_layers, D, H, FF) if defaults else \
+        ns["TransformerStack"](n_layers, D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm)
     stk = as_module(stk, "TransformerStack(...)").double()
     if not isinstance(getattr(stk, "blocks", None), nn.ModuleList):
         raise CheckFailed("TransformerStack's blocks should be an nn.ModuleList (a Python list hides the blocks' "
                           "parameters, so the tests cannot load weights into them)")
     if norm_first and not isinstance(getattr(stk, "final_norm", None), nn.Module):
+        if defaults:
+            raise CheckFailed(f"TransformerStack({n_layers}, d_model, n_heads, d_ff) has no final norm: the defaults are "
+                              "dropout=0.0, norm_first=True, norm='layer', and a pre-norm stack ends with final_norm")
         raise CheckFailed("no final norm in the pre-norm stack: final_norm should be a norm of the chosen kind")
     load_into(stk, stack_values(seed, n_layers, norm, norm_first), "TransformerStack", STACK_HINT)
     return stk
@@ -465,10 +474,14 @@ class BlockParameters:
 CASES = ((100, 1.0, 0.3), (101, 3.0, -1.0))  # (seed, scale, offset)
 
 
-def _probe_block(ns, norm_first, norm="layer", cases=CASES):
+#: a block or stack built with the defaults (pre-norm, LayerNorm, no dropout), run in train mode and eval mode
+DEFAULTS_CASE = (102, 1.0, 0.3)
+
+
+def _probe_block(ns, norm_first, norm="layer", cases=CASES, defaults=False):
     out = []
     for seed, scale, offset in cases:
-        blk = build_block(ns, seed, norm_first=norm_first, norm=norm)
+        blk = build_block(ns, seed, norm_first=norm_first, norm=norm, defaults=defaults)
         x = inputs(seed, scale, offset)
         y_train = blk.train()(x)
         with torch.no_grad():
@@ -477,7 +490,7 @@ def _probe_block(ns, norm_first, norm="layer", cases=CASES):
     return out
 
 
-def _judge_block(out, norm_first, norm="layer", cases=CASES, extra_suspects=None):
+def _judge_block(out, norm_first, norm="layer", cases=CASES, extra_suspects=None, defaults=False):
     for (seed, scale, offset), ys in paired(cases, out, [ANY, ANY]):
         vals, x = block_values(seed, norm), inputs(seed, scale, offset)
         expected = expected_block(vals, x, norm_first, norm)
@@ -486,7 +499,9 @@ def _judge_block(out, norm_first, norm="layer", cases=CASES, extra_suspects=None
         first = "pre" if norm_first else "post"
         for y, mode in zip(ys, ("train", "eval")):
             expect_close(y, expected, suspects=suspects,
-                         what=f"the {first}-norm block's output (norm={norm!r}, {mode} mode)")
+                         what=f"TransformerBlock(d_model, n_heads, d_ff)'s output ({mode} mode; the defaults are "
+                         "dropout=0.0, norm_first=True, norm='layer')" if defaults else
+                         f"the {first}-norm block's output (norm={norm!r}, {mode} mode)")
 
 
 @register("transformer_block_prenorm_matches_torch", needs=("TransformerBlock",), forbidden_names=TORCH_LAYER_NAMES)
@@ -494,8 +509,16 @@ def _judge_block(out, norm_first, norm="layer", cases=CASES, extra_suspects=None
 class BlockPreNorm:
     """A pre-norm TransformerBlock computes what nn.TransformerEncoderLayer(norm_first=True, activation='gelu') computes with the same weights"""
 
-    probe = staticmethod(lambda ns: _probe_block(ns, True))
-    judge = staticmethod(torch.no_grad()(lambda out: _judge_block(out, True)))
+    @staticmethod
+    def probe(ns):
+        return {"cases": _probe_block(ns, True), "defaults": _probe_block(ns, True, cases=(DEFAULTS_CASE,), defaults=True)}
+
+    @staticmethod
+    @torch.no_grad()
+    def judge(out):
+        expect_structure(out, {"cases": ANY, "defaults": ANY})
+        _judge_block(out["cases"], True)
+        _judge_block(out["defaults"], True, cases=(DEFAULTS_CASE,), defaults=True)
 
 
 def _probe_pre_and_post(ns, seed, x, x2, **masks) -> list:
@@ -568,44 +591,73 @@ class StackStructure:
                 "has_final_norm_attr": hasattr(stk, "final_norm"),
                 "final_norm_is_none": getattr(stk, "final_norm", None) is None,
             })
-        return out
+        # dropout reaches every block: each one's attention dropout and ffn[2].p, as the contract names them
+        stk = as_module(ns["TransformerStack"](2, D, H, FF, dropout=STACK_DROPOUT), "TransformerStack(...)")
+        blocks = getattr(stk, "blocks", None)
+        dropouts = [[_float_or(getattr(getattr(b, "attn", None), "dropout", None)),
+                     _float_or(getattr(_item(getattr(b, "ffn", None), 2), "p", None))]
+                    for b in (blocks if isinstance(blocks, nn.ModuleList) else [])]
+        return {"cases": out, "dropout": dropouts}
 
     @staticmethod
     def judge(out):
         described = {"blocks": ANY, "n_blocks": ANY, "distinct": ANY, "n_params": ANY, "keys": ANY,
                      "has_final_norm_attr": ANY, "final_norm_is_none": ANY}
-        for (n, first, norm), o in paired(STRUCT_CASES, out, described):
-            call = f"TransformerStack(n_layers={n}, ..., norm_first={first}, norm={norm!r})"
-            if o["blocks"] not in ("ModuleList",):
-                if o["blocks"] in ("list", "tuple"):
-                    raise CheckFailed(f"{call}: blocks is a Python {o['blocks']}; make it an nn.ModuleList so the "
-                                      "blocks' parameters are registered (optimizer, state_dict, .to())")
-                raise CheckFailed(f"{call}: blocks should be an nn.ModuleList of TransformerBlocks, not {o['blocks']}")
-            if o["n_blocks"] != n:
-                raise CheckFailed(f"{call}: blocks holds {o['n_blocks']} blocks, expected n_layers = {n}")
-            want = sorted(name for name, _, _ in stack_spec(n, norm, first))
-            n_want = sum(torch.Size(shape).numel() for _, shape, _ in stack_spec(n, norm, first))
-            if o["distinct"] < n or (o["n_params"] < n_want and o["keys"] == want):
-                raise CheckFailed(f"{call}: the blocks share one set of weights: make n_layers separate "
-                                  "TransformerBlock(...) objects (not [block] * n_layers)")
-            if not o["has_final_norm_attr"]:
-                raise CheckFailed(f"{call}: the stack has no attribute final_norm "
-                                  "(a norm when norm_first, else None)")
-            if first and o["final_norm_is_none"]:
-                raise CheckFailed(f"{call}: no final norm in the pre-norm stack: final_norm should be "
-                                  f"{'nn.LayerNorm(d_model)' if norm == 'layer' else 'nn.RMSNorm(d_model, eps=1e-6)'}")
-            if not first and not o["final_norm_is_none"]:
-                raise CheckFailed(f"{call}: a final norm in the post-norm stack: every post-norm block already ends "
-                                  "with a norm, so final_norm should be None")
-            if o["keys"] != want:
-                if norm == "rms" and "final_norm.bias" in o["keys"]:
-                    raise CheckFailed(f"{call}: final_norm has a bias, so it ignores norm='rms': "
-                                      "use nn.RMSNorm(d_model, eps=1e-6)")
-                missing, extra = sorted(set(want) - set(o["keys"])), sorted(set(o["keys"]) - set(want))
-                raise CheckFailed(f"{call} has the wrong parameters: missing {missing[:6] or 'none'}, unexpected "
-                                  f"{extra[:6] or 'none'}. {STACK_HINT[0].upper()}{STACK_HINT[1:]}.")
-            if o["n_params"] != n_want:
-                raise CheckFailed(f"{call} has {o['n_params']} parameters, expected {n_want}")
+        expect_structure(out, {"cases": ANY, "dropout": ANY})
+        _judge_structure(out["cases"], described)
+        call = f"TransformerStack(2, d_model, n_heads, d_ff, dropout={STACK_DROPOUT})"
+        for i, got in enumerate(out["dropout"]):
+            if got != [STACK_DROPOUT, STACK_DROPOUT]:
+                raise CheckFailed(f"{call}: block {i} has attention dropout {got[0]} and FFN dropout {got[1]}: "
+                                  "pass dropout on to every TransformerBlock")
+
+
+#: the dropout a stack is built with to see that it reaches the blocks
+STACK_DROPOUT = 0.25
+
+
+def _float_or(v, default=-1.0) -> float:
+    """A probe's reading of a number the student's object holds (``default`` when it is not one)."""
+    return float(v) if type(v) in (int, float) else default
+
+
+def _item(seq, i):
+    return seq[i] if isinstance(seq, nn.Sequential) and len(seq) > i else None
+
+
+def _judge_structure(out, described):
+    for (n, first, norm), o in paired(STRUCT_CASES, out, described):
+        call = f"TransformerStack(n_layers={n}, ..., norm_first={first}, norm={norm!r})"
+        if o["blocks"] not in ("ModuleList",):
+            if o["blocks"] in ("list", "tuple"):
+                raise CheckFailed(f"{call}: blocks is a Python {o['blocks']}; make it an nn.ModuleList so the "
+                                  "blocks' parameters are registered (optimizer, state_dict, .to())")
+            raise CheckFailed(f"{call}: blocks should be an nn.ModuleList of TransformerBlocks, not {o['blocks']}")
+        if o["n_blocks"] != n:
+            raise CheckFailed(f"{call}: blocks holds {o['n_blocks']} blocks, expected n_layers = {n}")
+        want = sorted(name for name, _, _ in stack_spec(n, norm, first))
+        n_want = sum(torch.Size(shape).numel() for _, shape, _ in stack_spec(n, norm, first))
+        if o["distinct"] < n or (o["n_params"] < n_want and o["keys"] == want):
+            raise CheckFailed(f"{call}: the blocks share one set of weights: make n_layers separate "
+                              "TransformerBlock(...) objects (not [block] * n_layers)")
+        if not o["has_final_norm_attr"]:
+            raise CheckFailed(f"{call}: the stack has no attribute final_norm "
+                              "(a norm when norm_first, else None)")
+        if first and o["final_norm_is_none"]:
+            raise CheckFailed(f"{call}: no final norm in the pre-norm stack: final_norm should be "
+                              f"{'nn.LayerNorm(d_model)' if norm == 'layer' else 'nn.RMSNorm(d_model, eps=1e-6)'}")
+        if not first and not o["final_norm_is_none"]:
+            raise CheckFailed(f"{call}: a final norm in the post-norm stack: every post-norm block already ends "
+                              "with a norm, so final_norm should be None")
+        if o["keys"] != want:
+            if norm == "rms" and "final_norm.bias" in o["keys"]:
+                raise CheckFailed(f"{call}: final_norm has a bias, so it ignores norm='rms': "
+                                  "use nn.RMSNorm(d_model, eps=1e-6)")
+            missing, extra = sorted(set(want) - set(o["keys"])), sorted(set(o["keys"]) - set(want))
+            raise CheckFailed(f"{call} has the wrong parameters: missing {missing[:6] or 'none'}, unexpected "
+                              f"{extra[:6] or 'none'}. {STACK_HINT[0].upper()}{STACK_HINT[1:]}.")
+        if o["n_params"] != n_want:
+            raise CheckFailed(f"{call} has {o['n_params']} parameters, expected {n_want}")
 
 
 def _stack_reference(seed, n, norm, first, x, **masks):
@@ -643,13 +695,15 @@ def _stack_masks() -> dict:
 
 
 def _stack_cases(first):
-    return (frozen(seed=200, n=3, first=first, masks=False), frozen(seed=201, n=2, first=first, masks=True))
+    cases = (frozen(seed=200, n=3, first=first, masks=False), frozen(seed=201, n=2, first=first, masks=True))
+    # pre-norm: also TransformerStack(n_layers, d_model, n_heads, d_ff) with nothing else given, in train mode
+    return cases + (frozen(seed=202, n=2, first=True, masks=False, defaults=True),) if first else cases
 
 
 def _probe_stack(ns, cases, norm="layer"):
     out = []
     for c in cases:
-        stk = build_stack(ns, c["seed"], c["n"], norm=norm, norm_first=c["first"])
+        stk = build_stack(ns, c["seed"], c["n"], norm=norm, norm_first=c["first"], defaults=c.get("defaults", False))
         x = inputs(c["seed"])
         if c["masks"]:
             out.append(stk(x, **_stack_masks()))
@@ -669,6 +723,9 @@ def _judge_stack(out, cases, norm="layer"):
             raise CheckFailed(f"the stack's output has shape {tuple(y.shape)}, expected {tuple(x.shape)}")
         what = (f"the {'pre' if c['first'] else 'post'}-norm stack's output (n_layers={c['n']}, norm={norm!r}"
                 + (", a banded attn_mask and a key_padding_mask; unpadded tokens)" if c["masks"] else ")"))
+        if c.get("defaults"):
+            what = (f"TransformerStack({c['n']}, d_model, n_heads, d_ff)'s output in train mode (the defaults are "
+                    "dropout=0.0, norm_first=True, norm='layer')")
         expect_close(y[keep], expected[keep], what=what, suspects={k: v[keep] for k, v in suspects.items()})
 
 
