@@ -115,7 +115,7 @@ class BlockScale:
 
 @register("residual_block_dropout", needs=("ResidualBlock",))
 class BlockDropout:
-    """Dropout acts on the branch only, in train mode; in eval mode the block is deterministic and has no dropout"""
+    """Dropout acts on the branch only, in train mode, pre-norm and post-norm; in eval mode the block is deterministic and has no dropout"""
 
     SEED, P, S = 50, 0.5, 0.7
 

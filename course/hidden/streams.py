@@ -139,7 +139,7 @@ REF_CASES = (  # seed, logits' shape, scale, n_iters, dtype
 
 @register("sinkhorn_matches_reference", needs=(SK,))
 class SinkhornMatchesReference:
-    """sinkhorn_knopp equals the reference loop (rows, then columns, n_iters times) on random logits: float32 within 1e-5, float64 within 1e-10; n = 1 to 8, 1 to 20 iterations, batched"""
+    """sinkhorn_knopp equals the reference loop (rows, then columns, n_iters times) on random logits: float32 within 1e-5, float64 within 1e-10; n = 1 to 8, 1 to 20 iterations, batched; n_iters defaults to 20"""
 
     @staticmethod
     def probe(ns):
@@ -350,7 +350,7 @@ def _res_suspects(x, p, it, sub, norm):
 
 @register("mhc_matches_reference", needs=(MHC,))
 class MHCMatchesReference:
-    """MHCResidual with random res_logits, gates and norm weight equals the reference, H_res = Sinkhorn of res_logits with the block's n_iters (float64, within 1e-7); streams (n, dim), (B, n, dim), (B, T, n, dim)"""
+    """MHCResidual with random res_logits, gates and norm weight equals the reference, H_res = Sinkhorn of res_logits with the block's n_iters (float64, within 1e-7); streams (n, dim), (B, n, dim), (B, T, n, dim); MHCResidual(dim, sublayer) defaults to 4 streams and 20 iterations"""
 
     @staticmethod
     def probe(ns):

@@ -101,7 +101,7 @@ class BlockPaddingMask:
 @register("transformer_block_dropout", needs=("TransformerBlock",), forbidden_names=TORCH_LAYER_NAMES)
 @no_torch_layers("TransformerBlock")
 class BlockDropout:
-    """Dropout acts on each sublayer's output before its residual add, in train mode only"""
+    """Dropout acts on each sublayer's output before its residual add, in train mode only, pre-norm and post-norm"""
 
     SEED, P = 140, 0.5
 

@@ -769,19 +769,11 @@ def _live_storages(objects=None) -> dict:
     # not calls a profile function sees): the probe's watch on torch's norm code (a profile
     # function, coursekit.checks.ops) would otherwise be called twice per object, which made this
     # walk ten times slower. issubclass runs once per type.
-    found, tensors, others = {}, set(), set()
+    found = {}
     with warnings.catch_warnings(), torch._C.DisableTorchFunctionSubclass():
         warnings.simplefilter("ignore")  # isinstance on torch's deprecated module proxies warns
-        for o in (gc.get_objects() if objects is None else objects):
+        for o in _tensor_objects(objects):
             kind = type(o)
-            if kind in others:
-                continue
-            if kind not in tensors:
-                if issubclass(kind, torch.Tensor) or issubclass(kind, torch.UntypedStorage):
-                    tensors.add(kind)
-                else:
-                    others.add(kind)
-                    continue
             try:
                 sts = [o if issubclass(kind, torch.UntypedStorage) else torch.Tensor.untyped_storage(o)]
             except Exception:  # noqa: BLE001 -- sparse, nested: no storage of their own, but their parts have
@@ -797,6 +789,28 @@ def _live_storages(objects=None) -> dict:
                                    (not isinstance(old[1], torch.Tensor) or o.numel() > old[1].numel())):
                     found[ptr] = (nbytes, o)
     return found
+
+
+def _tensor_objects(objects=None) -> list:
+    """The tensors and storages among ``objects`` (default: every object the collector tracks), in
+    one pass that calls no built-in function per object: ``issubclass`` runs once per type (a
+    profile function, the probe's watch on torch's norm code, would otherwise be called for each
+    of some hundred thousand objects)."""
+    out, tensors, others = [], set(), set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # issubclass on torch's deprecated module proxies warns
+        for o in (gc.get_objects() if objects is None else objects):
+            kind = type(o)
+            if kind in others:
+                continue
+            if kind not in tensors:
+                if issubclass(kind, torch.Tensor) or issubclass(kind, torch.UntypedStorage):
+                    tensors.add(kind)
+                else:
+                    others.add(kind)
+                    continue
+            out.append(o)
+    return out
 
 
 #: the dense tensors that make up a tensor of another layout (sparse COO, compressed, nested)
@@ -1034,21 +1048,19 @@ def saved_probe(ns, cases) -> list:
 SAVED_SEED_STEP = 7919
 
 
-def _tensor_places() -> list:
+def _tensor_places(heap=None) -> list:
     """``[(tensor or storage, data_ptr, nbytes)]`` for every one the collector tracks now, empty ones
     included: forward may point one made in advance at new memory (``t.set_(...)``, ``t.data = ...``,
     a storage's ``resize_``), which keeps that memory alive as a new storage would (the thirteenth red
     team's empty slots, refilled with ``set_`` and emptied again when the graph dies)."""
     out = []
     with torch._C.DisableTorchFunctionSubclass():
-        for o in gc.get_objects():
-            kind = type(o)
-            if issubclass(kind, torch.Tensor) or issubclass(kind, torch.UntypedStorage):
-                try:
-                    st = o if issubclass(kind, torch.UntypedStorage) else torch.Tensor.untyped_storage(o)
-                    out.append((o, st.data_ptr(), st.nbytes()))
-                except Exception:  # noqa: BLE001 -- sparse or nested: no storage of its own
-                    continue
+        for o in (_tensor_objects() if heap is None else heap):
+            try:
+                st = o if issubclass(type(o), torch.UntypedStorage) else torch.Tensor.untyped_storage(o)
+                out.append((o, st.data_ptr(), st.nbytes()))
+            except Exception:  # noqa: BLE001 -- sparse or nested: no storage of their own
+                continue
     return out
 
 
@@ -1081,13 +1093,20 @@ def _live_buffers() -> dict:
     # the common types are passed over with one set look-up each (no call per object)
     common = {dict, list, tuple, str, int, float, set, frozenset, type, types.FunctionType, types.CellType,
               types.MethodType, types.BuiltinFunctionType, types.CodeType, types.ModuleType, bool, type(None)}
+    is_array = {}
     for o in objects + gc.get_referents(*objects):
         kind = type(o)
         if kind in common:
             continue
         if kind in kinds:
             found[id(o)] = o
-        elif arrays and issubclass(kind, arrays):
+            continue
+        array = is_array.get(kind)
+        if array is None:  # one issubclass per type
+            array = is_array[kind] = bool(arrays) and issubclass(kind, arrays)
+            if not array:
+                common.add(kind)
+        if array:
             while type(getattr(o, "base", None)).__name__ == "ndarray":
                 o = o.base
             base = o.base
@@ -1162,8 +1181,10 @@ def _saved_once(cls, inputs, old_buffers) -> dict:
     """One measurement of what forward keeps on one case (see :func:`saved_probe`; ``inputs``:
     :func:`fused_inputs`, made before anything is taken; ``old_buffers``: :func:`_live_buffers`)."""
     x, r, w, _, _ = inputs
-    old = _live_storages()  # every storage alive now (held, so no address is reused)
-    old_tensors = _tensor_places()  # where every tensor alive points, empty ones included
+    heap = _tensor_objects()  # one walk over the heap for both
+    old = _live_storages(heap)  # every storage alive now (held, so no address is reused)
+    old_tensors = _tensor_places(heap)  # where every tensor alive points, empty ones included
+    del heap
     packed = []
 
     def pack(t):

@@ -178,7 +178,7 @@ DEFAULTS_SEED = 13  # ResidualBlock(D, F) with nothing else given
 
 @register("residual_block_prenorm", needs=("ResidualBlock",))
 class BlockPreNorm:
-    """A pre-norm ResidualBlock (norm_first=True, norm='layer') computes x + F(LayerNorm(x))"""
+    """A pre-norm ResidualBlock (norm_first=True, norm='layer') computes x + F(LayerNorm(x)); ResidualBlock(dim, sublayer), with the defaults, is that block"""
 
     @staticmethod
     def probe(ns):

@@ -507,7 +507,7 @@ def _judge_block(out, norm_first, norm="layer", cases=CASES, extra_suspects=None
 @register("transformer_block_prenorm_matches_torch", needs=("TransformerBlock",), forbidden_names=TORCH_LAYER_NAMES)
 @no_torch_layers("TransformerBlock")
 class BlockPreNorm:
-    """A pre-norm TransformerBlock computes what nn.TransformerEncoderLayer(norm_first=True, activation='gelu') computes with the same weights"""
+    """A pre-norm TransformerBlock computes what nn.TransformerEncoderLayer(norm_first=True, activation='gelu') computes with the same weights; TransformerBlock(d_model, n_heads, d_ff), with the defaults, is that block"""
 
     @staticmethod
     def probe(ns):
@@ -573,7 +573,7 @@ STRUCT_CASES = ((3, True, "layer"), (2, False, "layer"), (2, True, "rms"))  # (n
 
 @register("transformer_stack_structure", needs=("TransformerStack",))
 class StackStructure:
-    """TransformerStack holds n_layers independent blocks in an nn.ModuleList and a final norm only when norm_first"""
+    """TransformerStack holds n_layers independent blocks in an nn.ModuleList and a final norm only when norm_first, and passes dropout on to every block"""
 
     @staticmethod
     def probe(ns):
@@ -732,7 +732,7 @@ def _judge_stack(out, cases, norm="layer"):
 @register("transformer_stack_prenorm_matches_torch", needs=("TransformerStack",), forbidden_names=TORCH_LAYER_NAMES)
 @no_torch_layers("TransformerStack")
 class StackPreNorm:
-    """A pre-norm TransformerStack equals its blocks applied in turn (masks passed on), then the final LayerNorm, as torch's layers"""
+    """A pre-norm TransformerStack equals its blocks applied in turn (masks passed on), then the final LayerNorm, as torch's layers; TransformerStack(n_layers, d_model, n_heads, d_ff), with the defaults, is that stack"""
 
     probe = staticmethod(lambda ns: _probe_stack(ns, _stack_cases(True)))
     judge = staticmethod(torch.no_grad()(lambda out: _judge_stack(out, _stack_cases(True))))
