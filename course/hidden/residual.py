@@ -9,7 +9,7 @@ import torch
 from coursekit.checks import CheckFailed, register
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
 from coursekit.checks.remote import manual_seed
-from coursekit.checks.seeded import DTYPE, dropped_pattern, make_norm
+from coursekit.checks.seeded import DTYPE, call_keeping_inputs, dropped_pattern, expect_inputs_kept, make_norm
 from coursekit.checks.residual import D, DROPOUT_ON_STREAM, NO_RESIDUAL, PRE_CASES, _post, _pre, build, inputs, norm_values, parts
 
 
@@ -31,15 +31,23 @@ class BlockPostNorm:
 
     @staticmethod
     def probe(ns):
-        return [build(ns, seed, norm_first=False)(inputs(seed, scale, offset)) for seed, scale, offset in PRE_CASES]
+        # the first case built with every argument by position; its call also shows whether x is changed in place
+        first = call_keeping_inputs(build(ns, PRE_CASES[0][0], norm_first=False, positional=True), inputs(*PRE_CASES[0]))
+        return {"first": first, "cases": [build(ns, seed, norm_first=False)(inputs(seed, scale, offset))
+                                          for seed, scale, offset in PRE_CASES[1:]]}
 
     @staticmethod
     @torch.no_grad()
     def judge(out):
-        for (seed, scale, offset), y in paired(PRE_CASES, out):
+        expect_structure(out, {"first": ANY, "cases": ANY})
+        first = expect_inputs_kept(out["first"], ("x",), "the post-norm block")
+        rest = out["cases"]
+        for (seed, scale, offset), y in paired(PRE_CASES, [first] + rest if isinstance(rest, list) else rest):
             x = inputs(seed, scale, offset)
             F_, ln = parts(seed)
-            expect_close(y, _post(F_, ln, x), what="the post-norm block's output", suspects={
+            expect_close(y, _post(F_, ln, x), what="the post-norm block's output" + (
+                " (ResidualBlock(dim, sublayer, norm, norm_first, dropout, residual_scale), every argument by "
+                "position in that order)" if seed == PRE_CASES[0][0] else ""), suspects={
                 PRE_INSTEAD_OF_POST: _pre(F_, ln, x),
                 NO_RESIDUAL + " (post-norm: norm(x + F(x)))": ln(F_(x)),
                 "the norm is missing: post-norm is norm(x + F(x))": x + F_(x),

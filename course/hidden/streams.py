@@ -14,7 +14,7 @@ import torch
 from coursekit.checks import CheckFailed, register
 from coursekit.checks.compare import ANY, TOLERANCES, expect_close, expect_structure, expect_tensor, paired
 from coursekit.checks.residual import D
-from coursekit.checks.seeded import randn
+from coursekit.checks.seeded import call_keeping_inputs, expect_inputs_kept, randn
 from coursekit.checks.streams import (DA, EQUAL_STREAMS_MISTAKES, F32, F64, MHC, SK, build_mhc, expect_dtype_shape, judge_parts,
                                       logits_of, mhc_formula, mhc_grads, mhc_params, mix_suspects, sinkhorn_each,
                                       sinkhorn_vjp, streams_of)
@@ -145,7 +145,10 @@ class SinkhornMatchesReference:
     def probe(ns):
         f = ns[SK]
         s, shape, scale, _, dt = SK_DEFAULT_CASE
-        return {"cases": [f(logits_of(s, shape, scale, dtype=dt), it) for s, shape, scale, it, dt in REF_CASES],
+        # n_iters by keyword in the first case (the contract names it), by position in the others
+        return {"cases": [f(logits_of(s, shape, scale, dtype=dt), n_iters=it) if k == 0 else
+                          f(logits_of(s, shape, scale, dtype=dt), it)
+                          for k, (s, shape, scale, it, dt) in enumerate(REF_CASES)],
                 "default": f(logits_of(s, shape, scale, dtype=dt))}
 
     @staticmethod
@@ -154,6 +157,8 @@ class SinkhornMatchesReference:
         for (s, shape, scale, it, dt), P in paired(REF_CASES, out["cases"]) + [(SK_DEFAULT_CASE, out["default"])]:
             L = logits_of(s, shape, scale, dtype=dt)
             what = f"sinkhorn_knopp(logits of shape {shape}, {str(dt)[6:]}, n_iters={it})"
+            if (s, shape, scale, it, dt) == REF_CASES[0]:
+                what += " (n_iters passed by keyword)"
             if (s, shape, scale, it, dt) == SK_DEFAULT_CASE:
                 what = f"sinkhorn_knopp(logits of shape {shape}, {str(dt)[6:]}) (n_iters left to its default, 20)"
             expect_dtype_shape(P, dt, shape, what)
@@ -355,9 +360,9 @@ class MHCMatchesReference:
     @staticmethod
     def probe(ns):
         out = []
-        for seed, n, shape, it, scale in MHC_CASES:
+        for k, (seed, n, shape, it, scale) in enumerate(MHC_CASES):  # the first built by position
             p, x = _mhc_case(seed, n, shape, it, scale)
-            out.append(build_mhc(ns, seed, n, it, p)(x))
+            out.append(build_mhc(ns, seed, n, it, p, positional=k == 0)(x))
         seed, n, shape, it, scale = MHC_DEFAULT_CASE
         p, x = _mhc_case(seed, n, shape, it, scale)
         return {"cases": out, "default": build_mhc(ns, seed, None, None, p)(x)}
@@ -372,6 +377,8 @@ class MHCMatchesReference:
             sub, norm = judge_parts(seed, p)
             want = mhc_formula(x, ref_sinkhorn(p["res_logits"], it), p["pre_logits"], p["post_logits"], sub, norm)
             call = f"MHCResidual(8, F, n_streams={n}, n_iters={it})"
+            if case == MHC_CASES[0]:
+                call = f"MHCResidual(8, F, {n}, {it}) (n_streams and n_iters by position)"
             if case == MHC_DEFAULT_CASE:
                 call = "MHCResidual(8, F) (n_streams and n_iters left to their defaults, 4 and 20)"
             close(got, want, what=f"{call} on x of shape {shape} with random parameters",
@@ -526,7 +533,8 @@ class DepthAttentionReference:
         out = []
         for seed, S, lead, dim, eps, dt in DA_CASES:
             s, q = _da_inputs(seed, S, lead, dim, dt)
-            out.append(f(s, q) if eps is None else f(s, q, eps))
+            # eps by keyword (the contract names it); the call also shows whether sources or query change in place
+            out.append(call_keeping_inputs(f, s, q) if eps is None else call_keeping_inputs(f, s, q, eps=eps))
         return out
 
     @staticmethod
@@ -536,6 +544,7 @@ class DepthAttentionReference:
             s, q = _da_inputs(seed, S, lead, dim, dt)
             e = 1e-6 if eps is None else eps
             what = f"depth_attention(sources of shape {tuple(s.shape)}, query, eps={e:g}) in {str(dt)[6:]}"
+            got = expect_inputs_kept(got, ("sources", "query"), what)
             expect_dtype_shape(got, dt, s.shape[1:], what)
             sus = {m: v.to(dt) for m, v in _da_suspects(s, q, e).items() if v.shape == s.shape[1:]}
             if eps is not None:

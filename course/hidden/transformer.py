@@ -119,11 +119,11 @@ class BlockDropout:
             out[f"eval_{first}"] = [blk(x), blk(x)]
         # post-norm in train mode: both sublayers silenced, the block is norm2(norm1(x)) exactly, whatever dropout
         # draws, unless dropout touches the stream; with attention alone, its dropout must show
-        blk = silence_sublayer(silence_sublayer(build_block(ns, c.SEED, dropout=c.P, norm_first=False).train(), "ffn"),
-                               "attn")
+        blk = silence_sublayer(silence_sublayer(build_block(ns, c.SEED, dropout=c.P, norm_first=False,
+                                                            positional=True).train(), "ffn"), "attn")
         manual_seed(ns, c.SEED)
         out["post_silent"] = blk(x)
-        blk = silence_sublayer(build_block(ns, c.SEED, dropout=c.P, norm_first=False).train(), "ffn")
+        blk = silence_sublayer(build_block(ns, c.SEED, dropout=c.P, norm_first=False, positional=True).train(), "ffn")
         manual_seed(ns, c.SEED)
         out["post_attn"] = blk(x)
         return out

@@ -1037,9 +1037,9 @@ def saved_probe(ns, cases) -> list:
             one["try"] = k
             if got is None or _kept_total(one["kept"]) < _kept_total(got["kept"]):
                 got = one
-            if not _over_only_elsewhere(got, shape, dtype):
+            if not _over_only_elsewhere(got, shape, dtype) or k == SAVED_TRIES - 1:
                 break
-            _settle(SAVED_SETTLE_S * 4 ** k)
+            _settle(SAVED_SETTLE_S * 4 ** k)  # before the next try (none after the last)
         out.append(got)
     return out
 

@@ -15,8 +15,8 @@ from torch import nn
 from coursekit.checks import CheckFailed, register
 from coursekit.checks.remote import remotable
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
-from coursekit.checks.seeded import (DTYPE, as_module, dropped_pattern, load_into, make_norm,
-                                  norm_spec, randn, values)
+from coursekit.checks.seeded import (DTYPE, as_module, call_keeping_inputs, dropped_pattern, expect_inputs_kept,
+                                     load_into, make_norm, norm_spec, randn, values)
 
 D = 8
 SHAPE = (4, 8, D)  # 256 elements: enough to see a dropout rate
@@ -61,12 +61,18 @@ def inputs(seed: int, scale: float = 1.5, offset: float = 0.7) -> torch.Tensor:
 
 @remotable
 def build(ns: dict, seed: int, *, norm="layer", norm_first=True, dropout=0.0, residual_scale=1.0,
-          zero=False, dead=0, defaults=False) -> nn.Module:
+          zero=False, dead=0, defaults=False, positional=False) -> nn.Module:
     """The student's ResidualBlock around our sublayer, float64, with our norm weights (probe side);
-    ``defaults``: built as ``ResidualBlock(D, sublayer)``, every other argument left to its default."""
+    ``defaults``: built as ``ResidualBlock(D, sublayer)``, every other argument left to its default;
+    ``positional``: every argument passed by position, in the contract's order."""
     F_ = sublayer(seed, zero, dead)
-    block = ns["ResidualBlock"](D, F_) if defaults else \
-        ns["ResidualBlock"](D, F_, norm=norm, norm_first=norm_first, dropout=dropout, residual_scale=residual_scale)
+    if defaults:
+        block = ns["ResidualBlock"](D, F_)
+    elif positional:
+        block = ns["ResidualBlock"](D, F_, norm, norm_first, dropout, residual_scale)
+    else:
+        block = ns["ResidualBlock"](D, F_, norm=norm, norm_first=norm_first, dropout=dropout,
+                                    residual_scale=residual_scale)
     block = as_module(block, "ResidualBlock(...)")
     block.double()
     if not isinstance(getattr(block, "norm", None), nn.Module):
@@ -187,12 +193,13 @@ class BlockPreNorm:
             blk = build(ns, seed)
             out.append(blk(inputs(seed, scale, offset)))
         # ResidualBlock(D, F) as built, in train mode: the defaults are pre-norm, LayerNorm, no dropout, scale 1
-        return {"cases": out, "defaults": build(ns, DEFAULTS_SEED, defaults=True)(inputs(DEFAULTS_SEED))}
+        return {"cases": out, "defaults": build(ns, DEFAULTS_SEED, defaults=True)(inputs(DEFAULTS_SEED)),
+                "inplace": call_keeping_inputs(build(ns, PRE_CASES[0][0]), inputs(*PRE_CASES[0]))}
 
     @staticmethod
     @torch.no_grad()
     def judge(out):
-        expect_structure(out, {"cases": ANY, "defaults": ANY})
+        expect_structure(out, {"cases": ANY, "defaults": ANY, "inplace": ANY})
         for (seed, scale, offset), y in paired(PRE_CASES, out["cases"]):
             x = inputs(seed, scale, offset)
             F_, ln = parts(seed)
@@ -210,6 +217,7 @@ class BlockPreNorm:
                      "(the defaults are norm='layer', norm_first=True, dropout=0.0, residual_scale=1.0)", suspects={
                          "norm_first's default should be True (pre-norm)": _post(F_, ln, x),
                      })
+        expect_inputs_kept(out["inplace"], ("x",), "the pre-norm block")
 
 
 @register("residual_block_zero_sublayer_is_identity", needs=("ResidualBlock",))

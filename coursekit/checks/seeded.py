@@ -21,6 +21,7 @@ from torch import nn
 
 from coursekit.contract import LAYERNORM_EPS, RMSNORM_EPS
 from coursekit.checks import CheckFailed
+from coursekit.checks.remote import remotable
 
 DTYPE = torch.float64
 
@@ -87,6 +88,27 @@ def load_into(module: nn.Module, vals: dict, owner: str, hint: str) -> None:
                               f"expected {tuple(v.shape)}")
         with torch.no_grad():
             p.copy_(v.to(p.dtype))
+
+
+@remotable
+def call_keeping_inputs(fn, *args, **kwargs) -> dict:
+    """``fn(*args, **kwargs)``, and which of the tensor arguments the call changed in place:
+    ``{"out": ..., "changed": [position, ...]}`` (the caller's tensors must stay as they were)."""
+    before = [(i, a.detach().clone()) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    out = fn(*args, **kwargs)
+    changed = [i for i, a in before if not (args[i].shape == a.shape and torch.equal(args[i].detach(), a))]
+    return {"out": out, "changed": changed}
+
+
+def expect_inputs_kept(record, names: tuple, what: str):
+    """The output of a :func:`call_keeping_inputs` record, once no input was changed in place."""
+    from coursekit.checks.compare import ANY, expect_structure
+    expect_structure(record, {"out": ANY, "changed": ANY}, what)
+    changed = [names[i] if isinstance(i, int) and 0 <= i < len(names) else "an input" for i in record["changed"]]
+    if changed:
+        raise CheckFailed(f"{what} changed {', '.join(changed)} in place (x += ..., x.mul_(...)): the caller's "
+                          "tensors must stay as they were; compute the result into a new tensor")
+    return record["out"]
 
 
 def as_module(obj, what: str) -> nn.Module:

@@ -318,12 +318,15 @@ def streams_of(seed: int, shape, scale: float = 1.0) -> torch.Tensor:
 
 
 @remotable
-def build_mhc(ns, seed: int, n: int | None, n_iters: int | None, params=None, dtype=None):
+def build_mhc(ns, seed: int, n: int | None, n_iters: int | None, params=None, dtype=None, positional=False):
     """The student's ``MHCResidual(8, F, n_streams=n, n_iters=n_iters)`` around our seeded sublayer ``F``
     (a Linear then Tanh), in float64 with ``params`` loaded by name (none: as constructed), then cast
-    to ``dtype`` when given. ``n`` and ``n_iters`` None: ``MHCResidual(8, F)``, both left to their defaults."""
+    to ``dtype`` when given. ``n`` and ``n_iters`` None: ``MHCResidual(8, F)``, both left to their defaults;
+    ``positional``: ``MHCResidual(8, F, n, n_iters)``, the contract's order."""
     if n is None and n_iters is None:
         blk = as_module(ns[MHC](D, sublayer(seed)), "MHCResidual(8, sublayer)")
+    elif positional:
+        blk = as_module(ns[MHC](D, sublayer(seed), n, n_iters), f"MHCResidual(8, sublayer, {n}, {n_iters})")
     else:
         blk = as_module(ns[MHC](D, sublayer(seed), n_streams=n, n_iters=n_iters),
                         f"MHCResidual(8, sublayer, n_streams={n}, n_iters={n_iters})")

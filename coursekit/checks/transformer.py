@@ -347,22 +347,32 @@ def no_torch_layers(owner: str):
 # --------------------------------------------------------------------------------------------
 
 @remotable
-def build_block(ns, seed, *, norm="layer", norm_first=True, dropout=0.0, defaults=False) -> nn.Module:
+def build_block(ns, seed, *, norm="layer", norm_first=True, dropout=0.0, defaults=False, positional=False) -> nn.Module:
     """The student's TransformerBlock in float64 with our weights; ``defaults``: built as
-    ``TransformerBlock(d_model, n_heads, d_ff)``, every other argument left to its default."""
-    blk = ns["TransformerBlock"](D, H, FF) if defaults else \
-        ns["TransformerBlock"](D, H, FF, dropout=dropout, norm_first=norm_first, norm=norm)
+    ``TransformerBlock(d_model, n_heads, d_ff)``, every other argument left to its default;
+    ``positional``: every argument by position, in the contract's order."""
+    if defaults:
+        blk = ns["TransformerBlock"](D, H, FF)
+    elif positional:
+        blk = ns["TransformerBlock"](D, H, FF, dropout, norm_first, norm)
+    else:
+        blk = ns["TransformerBlock"](D, H, FF, dropout=dropout, norm_first=norm_first, norm=norm)
     blk = as_module(blk, "TransformerBlock(...)").double()
     load_into(blk, block_values(seed, norm), "TransformerBlock", BLOCK_HINT)
     return blk
 
 
 @remotable
-def build_stack(ns, seed, n_layers, *, norm="layer", norm_first=True, defaults=False) -> nn.Module:
+def build_stack(ns, seed, n_layers, *, norm="layer", norm_first=True, defaults=False, positional=False) -> nn.Module:
     """The student's TransformerStack in float64 with our weights; ``defaults``: built as
-    ``TransformerStack(n_layers, d_model, n_heads, d_ff)``, every other argument left to its default."""
-    stk = ns["TransformerStack"](n_layers, D, H, FF) if defaults else \
-        ns["TransformerStack"](n_layers, D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm)
+    ``TransformerStack(n_layers, d_model, n_heads, d_ff)``, every other argument left to its default;
+    ``positional``: every argument by position, in the contract's order."""
+    if defaults:
+        stk = ns["TransformerStack"](n_layers, D, H, FF)
+    elif positional:
+        stk = ns["TransformerStack"](n_layers, D, H, FF, 0.0, norm_first, norm)
+    else:
+        stk = ns["TransformerStack"](n_layers, D, H, FF, dropout=0.0, norm_first=norm_first, norm=norm)
     stk = as_module(stk, "TransformerStack(...)").double()
     if not isinstance(getattr(stk, "blocks", None), nn.ModuleList):
         raise CheckFailed("TransformerStack's blocks should be an nn.ModuleList (a Python list hides the blocks' "
@@ -522,11 +532,14 @@ class BlockPreNorm:
 
 
 def _probe_pre_and_post(ns, seed, x, x2, **masks) -> list:
-    """A pre-norm and a post-norm block, each on ``x`` and on ``x2`` with the same masks."""
+    """A pre-norm and a post-norm block, each on ``x`` and on ``x2`` with the same masks: by keyword to
+    the pre-norm block, by position (``forward(x, attn_mask, key_padding_mask)``) to the post-norm one."""
     out = []
-    for first in (True, False):
-        blk = build_block(ns, seed, norm_first=first)
-        out.append([blk(x, **masks), blk(x2, **masks)])
+    blk = build_block(ns, seed, norm_first=True)
+    out.append([blk(x, **masks), blk(x2, **masks)])
+    blk = build_block(ns, seed, norm_first=False)
+    by_position = (masks.get("attn_mask"), masks.get("key_padding_mask"))
+    out.append([blk(x, *by_position), blk(x2, *by_position)])
     return out
 
 
@@ -695,7 +708,10 @@ def _stack_masks() -> dict:
 
 
 def _stack_cases(first):
-    cases = (frozen(seed=200, n=3, first=first, masks=False), frozen(seed=201, n=2, first=first, masks=True))
+    # post-norm stacks are built, and given their masks, by position: TransformerStack(n_layers, d_model, n_heads,
+    # d_ff, dropout, norm_first, norm) and forward(x, attn_mask, key_padding_mask), the contract's order
+    cases = (frozen(seed=200, n=3, first=first, masks=False, positional=not first),
+             frozen(seed=201, n=2, first=first, masks=True, positional=not first))
     # pre-norm: also TransformerStack(n_layers, d_model, n_heads, d_ff) with nothing else given, in train mode
     return cases + (frozen(seed=202, n=2, first=True, masks=False, defaults=True),) if first else cases
 
@@ -703,9 +719,13 @@ def _stack_cases(first):
 def _probe_stack(ns, cases, norm="layer"):
     out = []
     for c in cases:
-        stk = build_stack(ns, c["seed"], c["n"], norm=norm, norm_first=c["first"], defaults=c.get("defaults", False))
+        stk = build_stack(ns, c["seed"], c["n"], norm=norm, norm_first=c["first"], defaults=c.get("defaults", False),
+                          positional=c.get("positional", False))
         x = inputs(c["seed"])
-        if c["masks"]:
+        if c["masks"] and c.get("positional"):
+            m = _stack_masks()
+            out.append(stk(x, m["attn_mask"], m["key_padding_mask"]))
+        elif c["masks"]:
             out.append(stk(x, **_stack_masks()))
         else:
             out.append(stk(x))
