@@ -778,6 +778,11 @@ def _live_storages(objects=None) -> dict:
                 sts = [o if issubclass(kind, torch.UntypedStorage) else torch.Tensor.untyped_storage(o)]
             except Exception:  # noqa: BLE001 -- sparse, nested: no storage of their own, but their parts have
                 sts = _part_storages(o)
+                if not sts:  # an opaque tensor (MKLDNN): no storage to read, but its elements take their bytes
+                    nbytes = _opaque_bytes(o)
+                    if nbytes:
+                        found.setdefault(("opaque", id(o)), (nbytes, o))
+                    continue
             for st in sts:
                 if st.device.type == "meta":
                     continue
@@ -817,6 +822,16 @@ def _tensor_objects(objects=None) -> list:
 _PARTS = ("_values", "_indices", "crow_indices", "col_indices", "ccol_indices", "row_indices", "values", "offsets")
 
 
+def _opaque_bytes(t) -> int:
+    """The bytes of a tensor with no storage Python can read (an MKLDNN tensor, the eighteenth red
+    team's hiding place): its elements times their size."""
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            return int(torch.Tensor.numel(t)) * int(torch.Tensor.element_size(t))
+    except Exception:  # noqa: BLE001
+        return 0
+
+
 def _part_storages(t) -> list:
     """The storages of a tensor's dense parts, when it has no storage of its own (a sparse or nested
     tensor keeps its numbers in them): a copy kept in one counts by the bytes of its parts."""
@@ -854,18 +869,67 @@ def _is(o, kinds) -> bool:
     return issubclass(type(o), kinds)
 
 
-def _blob(o):
+#: the built-in containers a copy may be made of; a subclass is read through its base type's own methods
+_SEQUENCES = (list, tuple, set, frozenset, collections.deque)
+#: how many objects the count of one container's contents visits at most
+CONTENT_LIMIT = 200_000
+
+
+def _base(kind, bases):
+    for b in bases:
+        if issubclass(kind, b):
+            return b
+    return None
+
+
+def _content(o, covered: set):
+    """``(items, nbytes)``: the numbers, strings and bytes ``o`` holds, through nested containers at any
+    depth (a list of 15-float lists is 15 floats per row: the eighteenth red team), read through the
+    built-in types' own methods (a subclass cannot hide its items behind ``__iter__`` or ``__len__``).
+    The ids of the nested containers counted go into ``covered``, so that none is counted again."""
+    import numbers
+    items, nbytes, todo, seen = 0, sys.getsizeof(o), [o], set()
+    while todo and len(seen) < CONTENT_LIMIT:
+        c = todo.pop()
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
+        kind = type(c)
+        base = _base(kind, (dict,) + _SEQUENCES)
+        if base is None:
+            continue
+        if c is not o:
+            covered.add(id(c))
+            nbytes += sys.getsizeof(c)
+        for v in (dict.values(c) if base is dict else base.__iter__(c)):
+            vk = type(v)
+            if _base(vk, (dict,) + _SEQUENCES) is not None:
+                todo.append(v)
+            elif issubclass(vk, (str, bytes, bytearray)) or (issubclass(vk, numbers.Number) and not issubclass(vk, bool)):
+                items += 1
+                nbytes += sys.getsizeof(v)
+    return items, nbytes
+
+
+def _blob(o, covered: set | None = None):
     """``(key, nbytes)`` when ``o`` holds a copy of data outside torch (a numpy array, bytes,
-    bytearray, array.array, memoryview, a list, tuple, dict or set holding at least
-    :data:`BLOB_MIN_ITEMS` numbers, an int or a str of more than :data:`BLOB_MIN_BYTES` bytes), else None. A numpy array counts
-    as its whole base buffer, once; one that shares a tensor's memory is the tensor's (counted there)."""
+    bytearray, array.array, memoryview, a list, tuple, dict, set or deque holding at least
+    :data:`BLOB_MIN_ITEMS` numbers, strings or bytes through nested containers, an int or a str of
+    more than :data:`BLOB_MIN_BYTES` bytes), else None. Subclasses of these types count as the types
+    (a ``bytes`` subclass hid a copy: the eighteenth red team), read through the base type's own
+    methods. A numpy array counts as its whole base buffer, once; one that shares a tensor's memory is
+    the tensor's (counted there). ``covered``: ids of containers already counted inside another."""
     kind = type(o)
-    if kind is bytes or kind is bytearray:
-        return (id(o), len(o)) if len(o) else None
-    if kind is int and o.bit_length() > 8 * BLOB_MIN_BYTES:  # data packed into one big integer
-        return (id(o), (o.bit_length() + 7) // 8)
-    if kind is str and len(o) > BLOB_MIN_BYTES:  # data encoded as text (hex, base64, repr)
-        return (id(o), len(o.encode("utf-8", "surrogatepass")))
+    covered = set() if covered is None else covered
+    if id(o) in covered:
+        return None
+    if issubclass(kind, (bytes, bytearray)):
+        n = (bytes if issubclass(kind, bytes) else bytearray).__len__(o)
+        return (id(o), n) if n else None
+    if issubclass(kind, int) and not issubclass(kind, bool) and int.bit_length(o) > 8 * BLOB_MIN_BYTES:
+        return (id(o), (int.bit_length(o) + 7) // 8)  # data packed into one big integer
+    if issubclass(kind, str) and str.__len__(o) > BLOB_MIN_BYTES:  # data encoded as text (hex, base64, repr)
+        return (id(o), len(str.encode(o, "utf-8", "surrogatepass")))
     if kind.__module__ == "numpy" and kind.__name__ == "ndarray":
         root = o
         while type(getattr(root, "base", None)).__name__ == "ndarray":
@@ -886,20 +950,19 @@ def _blob(o):
                 return (id(o), view.nbytes) if view.nbytes else None
         except (ValueError, BufferError):  # closed
             return None
-    if kind in (list, tuple, dict, set, frozenset, collections.deque) and len(o) >= BLOB_MIN_ITEMS:
-        import numbers
-        import sys
-        items = list(o.values()) if kind is dict else list(o)
-        nums = [v for v in items if _is(v, numbers.Number) and not _is(v, bool)]
-        if len(nums) >= BLOB_MIN_ITEMS:  # a row's worth of numbers, whatever else is among them
-            return (id(o), sys.getsizeof(o) + sum(sys.getsizeof(v) for v in nums))
+    if _base(kind, (dict,) + _SEQUENCES) is not None:
+        inner = set()
+        items, nbytes = _content(o, inner)
+        if items >= BLOB_MIN_ITEMS:  # a row's worth of numbers, whatever else is among them
+            covered |= inner
+            return (id(o), nbytes)
     return None
 
 
 def _ctx_walk(ctx):
     """``(tensors, blobs)`` hung on ctx as attributes at any depth (see :func:`_ctx_tensors`);
     ``blobs``: ``{key: nbytes}`` of the copies outside torch (:func:`_blob`)."""
-    found, blobs, seen, todo = [], {}, set(), [vars(ctx)] if hasattr(ctx, "__dict__") else []
+    found, blobs, seen, covered, todo = [], {}, set(), set(), [vars(ctx)] if hasattr(ctx, "__dict__") else []
     while todo and len(seen) < CTX_WALK_LIMIT:
         o = todo.pop()
         if id(o) in seen:
@@ -908,7 +971,7 @@ def _ctx_walk(ctx):
         if _is(o, torch.Tensor):
             found.append(o)
             continue
-        b = _blob(o)
+        b = _blob(o, covered)
         if b is not None:
             blobs.setdefault(*b)
             if not _is(o, _CONTAINERS):  # a container may hold tensors too
@@ -953,14 +1016,14 @@ def _held(o) -> list:
 def _new_blobs(objects, skip) -> dict:
     """The copies outside torch (:func:`_blob`) among ``objects`` (what the collector tracks that
     forward made and kept) and the objects they hold, ``skip``'s keys aside: ``{key: nbytes}``."""
-    blobs, seen = {}, set()
+    blobs, seen, covered = {}, set(), set()
     for o in objects:
         if _is(o, (type, types.ModuleType)):
             continue
         todo = [(o, 0)]
         while todo:
             c, depth = todo.pop()
-            b = _blob(c)
+            b = _blob(c, covered)
             if b is not None and b[0] not in skip:
                 blobs.setdefault(*b)
             if depth == 0 or (not gc.is_tracked(c) and id(c) not in seen and depth < NEW_WALK_DEPTH):
@@ -977,7 +1040,10 @@ NEW_WALK_DEPTH = 16
 
 def _storage_of(t: torch.Tensor) -> tuple:
     with torch._C.DisableTorchFunctionSubclass():
-        st = torch.Tensor.untyped_storage(t)
+        try:
+            st = torch.Tensor.untyped_storage(t)
+        except Exception:  # noqa: BLE001 -- opaque (MKLDNN) or sparse: counted by its elements
+            return ("opaque", id(t)), _opaque_bytes(t)
         return st.data_ptr(), st.nbytes()
 
 
@@ -989,8 +1055,11 @@ def _seen_as(t) -> dict:
     if isinstance(t, torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             elem = t.element_size()
-            span = 0 if t.numel() == 0 else \
-                (t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * elem
+            try:
+                span = 0 if t.numel() == 0 else \
+                    (t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * elem
+            except Exception:  # noqa: BLE001 -- no strides (MKLDNN): its elements
+                span = t.numel() * elem
         return {"shape": list(t.shape), "dtype": str(t.dtype)[6:], "span": span}
     return {"shape": [t.nbytes()], "dtype": "uint8", "span": t.nbytes()}  # a storage held on its own: its bytes
 
@@ -1246,11 +1315,20 @@ def _saved_once(cls, inputs, old_buffers) -> dict:
         kept.setdefault(ptr, {"nbytes": nbytes, "shape": [nbytes], "dtype": "uint8", "span": nbytes, "where": "written"})
     for ptr, nbytes in repointed.items():  # memory a tensor made before forward now points at
         kept.setdefault(ptr, {"nbytes": nbytes, "shape": [nbytes], "dtype": "uint8", "span": nbytes, "where": "repointed"})
-    got = {"saved": [t.detach().clone() for t in saved],
-           "attrs": [t.detach().clone() for t in attrs],
+    got = {"saved": [_plain(t) for t in saved],
+           "attrs": [_plain(t) for t in attrs],
            "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"]))}
     del node, saved, attrs, before, after, old, old_buffers, old_tensors
     return got
+
+
+def _plain(t) -> torch.Tensor:
+    """A strided copy of a kept tensor for the record (an MKLDNN or sparse one made dense)."""
+    t = t.detach()
+    try:
+        return t.clone() if t.layout == torch.strided else t.to_dense()
+    except Exception:  # noqa: BLE001
+        return torch.zeros(0)
 
 
 def _buffer_bytes(o) -> int:
