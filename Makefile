@@ -88,8 +88,11 @@ exercises: venv
 check: venv
 	$(PY) -m coursekit.selfcheck $(NB)
 
+# Two test files at a time (pytest-xdist; tests/conftest.py pairs them, longest first); TEST_JOBS=0
+# runs them one after another in this process.
+TEST_JOBS ?= 2
 test: venv system book $(CHP) $(AXE)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS))
 
 grade: venv system
 	$(PY) -m autograder grade --sample-class --out _build/grades

@@ -1,11 +1,21 @@
-"""One line of progress per test file: ``make test`` runs for most of an hour, and rows of dots say
-neither where it is nor what takes the time.
+"""One line of progress per test file, and the order and the pairing of the files when ``make test``
+runs them two at a time (pytest-xdist, ``-n 2``).
 
 After the last test of each file (its module fixtures torn down too)::
 
     [ 12/50] tests/test_x.py  34 passed, 1 skipped  in 61.2 s  (total 14:05)
 
-With ``-q`` the dots stay; the lines come between them.
+With ``-q`` the dots stay; the lines come between them. Under xdist the line is printed by the
+controller when the last report of the file comes in, and its time runs from the start of its
+first test (a file runs whole on one worker).
+
+Two at a time: ``make test`` runs ``pytest -n 2`` on this 2-core machine. Many files leave a core
+idle for long stretches (the in-process checks run on one thread; the class server waits on its
+processes), so two files side by side finish sooner than one after the other. A file is never
+split (its module fixtures, a graded class or a Dask cluster, are made once), and the files that
+change the machine itself, unix accounts and the shared exchange (:data:`ONE_AT_A_TIME`), form one
+unit that one worker runs in sequence. The longest units are handed out first (:data:`LONGEST`),
+so no long file starts last.
 """
 from __future__ import annotations
 
@@ -18,20 +28,98 @@ _T0 = time.monotonic()
 _FILES: list[str] = []
 _STATE: dict = {"file": None, "start": 0.0, "counts": Counter()}
 
+#: files that make unix accounts, run a class server or write the machine's shared exchange: run
+#: one after another by one worker (two ``useradd`` at once can fail on /etc/passwd's lock)
+ONE_AT_A_TIME = frozenset({
+    "tests/test_class_load.py", "tests/test_class_server.py", "tests/test_class_server_ports.py",
+    "tests/test_class_server_private_tmp.py", "tests/test_collect_limits.py", "tests/test_docs_commands.py",
+    "tests/test_exchange.py", "tests/test_instructor_docs.py", "tests/test_shared_machine_exchange.py",
+})
+#: the longest units first, longest to shortest (seconds on this machine, quiet, 2026-11-27), so
+#: the last file to start is a short one; the rest follow in name order
+LONGEST = (
+    ("one at a time", 900), ("tests/test_grading_verdicts.py", 600), ("tests/test_cluster.py", 475),
+    ("tests/test_exercises_nbgrader.py", 400), ("tests/test_checks_backward.py", 330),
+    ("tests/test_checks_in_process.py", 280), ("tests/test_autograder_hostile.py", 210),
+    ("tests/test_autograder_cli.py", 170), ("tests/test_autograder_ingest.py", 140),
+    ("tests/test_full_size_count.py", 135), ("tests/test_book_axe.py", 120),
+    ("tests/test_formgrader.py", 100), ("tests/test_checks_streams.py", 100),
+)
+
 
 def _file(item) -> str:
     return item.nodeid.split("::")[0]
+
+
+def unit_of(path: str) -> str:
+    """The unit of work a test file belongs to under xdist: its own, or :data:`ONE_AT_A_TIME`'s."""
+    return "one at a time" if path in ONE_AT_A_TIME else path
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Longest units first (:data:`LONGEST`), each file's tests in their own order."""
+    rank = {name: i for i, (name, _) in enumerate(LONGEST)}
+    items.sort(key=lambda item: (rank.get(unit_of(_file(item)), len(rank)), unit_of(_file(item)), _file(item)))
 
 
 def pytest_collection_finish(session):
     _FILES.extend(dict.fromkeys(_file(item) for item in session.items))
 
 
+# -- two at a time: xdist's scheduler, with a file (or the ONE_AT_A_TIME group) as the unit -------
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        """xdist's ``--dist loadfile``, with the ONE_AT_A_TIME files as one unit, in collection order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid.split("::")[0])
+
+    config.option.loadscopereorder = False  # keep the order of pytest_collection_modifyitems
+    return ByFile(config, log)
+
+
+_CONTROLLER: dict = {"expected": None, "done": Counter(), "start": {}, "counts": {}}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    if _CONTROLLER["expected"] is None:
+        _CONTROLLER["expected"] = Counter(nid.split("::")[0] for nid in ids)
+        files = list(dict.fromkeys(nid.split("::")[0] for nid in ids))
+        rank = {name: i for i, (name, _) in enumerate(LONGEST)}
+        _FILES.extend(sorted(files, key=lambda f: (rank.get(unit_of(f), len(rank)), unit_of(f), f)))
+
+
+def pytest_runtest_logstart(nodeid, location):
+    # on the xdist controller: a worker starts this test (its file's fixtures are set up after this)
+    _CONTROLLER["start"].setdefault(nodeid.split("::")[0], time.monotonic())
+
+
 def pytest_runtest_logreport(report):
     # one outcome per test: its call, or the setup that failed or skipped it, or a failed teardown
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed") or (
-            report.when == "teardown" and report.outcome == "failed"):
-        _STATE["counts"][report.outcome] += 1
+    counted = report.when == "call" or (report.when == "setup" and report.outcome != "passed") or (
+        report.when == "teardown" and report.outcome == "failed")
+    if not hasattr(report, "node"):  # not the xdist controller: pytest_runtest_protocol prints
+        if counted:
+            _STATE["counts"][report.outcome] += 1
+        return
+    path = report.nodeid.split("::")[0]
+    c = _CONTROLLER
+    counts = c["counts"].setdefault(path, Counter())
+    if counted:
+        counts[report.outcome] += 1
+    if report.when == "teardown":
+        c["done"][path] += 1
+        if c["expected"] is not None and c["done"][path] == c["expected"][path]:
+            tr = report.node.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                if getattr(tr._tw, "width_of_current_line", 0):
+                    tr.write("\n")
+                tr.write_line(_line(path, counts, c["start"].get(path, _T0)))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -41,18 +129,19 @@ def pytest_runtest_protocol(item, nextitem):
         _STATE.update(file=path, start=time.monotonic(), counts=Counter())
     yield
     if nextitem is None or _file(nextitem) != path:
+        if hasattr(item.config, "workerinput"):  # an xdist worker: the controller prints
+            return
         tr = item.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
             if getattr(tr._tw, "width_of_current_line", 0):  # after a row of dots
                 tr.write("\n")
-            tr.write_line(_line(path))
+            tr.write_line(_line(path, _STATE["counts"], _STATE["start"]))
 
 
-def _line(path: str) -> str:
-    c = _STATE["counts"]
+def _line(path: str, c: Counter, start: float) -> str:
     parts = ", ".join(f"{c[k]} {k}" for k in ("passed", "failed", "skipped") if c[k]) or "nothing run"
     now = time.monotonic()
     total = int(now - _T0)
     k = _FILES.index(path) + 1 if path in _FILES else 0
-    return (f"[{k:>3}/{len(_FILES)}] {path}  {parts}  in {now - _STATE['start']:.1f} s  "
+    return (f"[{k:>3}/{len(_FILES)}] {path}  {parts}  in {now - start:.1f} s  "
             f"(total {total // 60}:{total % 60:02d})")

@@ -1151,39 +1151,40 @@ def _repointed(places, skip) -> dict:
 
 def _live_buffers() -> dict:
     """``{id: object}`` of the writable buffers outside torch alive now: numpy arrays that own their
-    memory (or a view's owner), ``bytearray``, ``array.array`` and ``mmap`` objects, among the
-    collector's objects and the objects they hold (a numpy array is not tracked by the collector:
-    it is found in the dict or list that holds it). Held, so no id is reused."""
+    memory (or a view's owner), ``bytearray``, ``array.array`` and ``mmap`` objects (subclasses
+    included), among the collector's objects and the objects they hold (a numpy array is not tracked
+    by the collector: it is found in the dict or list that holds it). Held, so no id is reused."""
     objects = gc.get_objects()
-    kinds = {bytearray} | {getattr(sys.modules.get(m), n, bytearray) for m, n in (("array", "array"), ("mmap", "mmap"))}
+    kinds = tuple({bytearray} | {getattr(sys.modules.get(m), n, bytearray) for m, n in (("array", "array"), ("mmap", "mmap"))})
     numpy = sys.modules.get("numpy")
     arrays = numpy.ndarray if numpy is not None else ()
     found = {}
     # the common types are passed over with one set look-up each (no call per object)
     common = {dict, list, tuple, str, int, float, set, frozenset, type, types.FunctionType, types.CellType,
               types.MethodType, types.BuiltinFunctionType, types.CodeType, types.ModuleType, bool, type(None)}
-    is_array = {}
+    what = {}  # type -> "buffer" or "array", looked up once per type
     for o in objects + gc.get_referents(*objects):
         kind = type(o)
         if kind in common:
             continue
-        if kind in kinds:
+        got = what.get(kind)
+        if got is None:
+            got = what[kind] = ("buffer" if issubclass(kind, kinds) else
+                                "array" if arrays and issubclass(kind, arrays) else "")
+            if not got:
+                common.add(kind)
+                continue
+        if got == "buffer":
             found[id(o)] = o
             continue
-        array = is_array.get(kind)
-        if array is None:  # one issubclass per type
-            array = is_array[kind] = bool(arrays) and issubclass(kind, arrays)
-            if not array:
-                common.add(kind)
-        if array:
-            while type(getattr(o, "base", None)).__name__ == "ndarray":
-                o = o.base
-            base = o.base
-            if base is None:
-                found[id(o)] = o
-            elif type(base) is bytearray or type(base).__name__ == "mmap":
-                found[id(base)] = base
-            # else: a torch tensor's memory (fingerprinted as a storage) or bytes (read-only)
+        while type(getattr(o, "base", None)).__name__ == "ndarray":
+            o = o.base
+        base = o.base
+        if base is None:
+            found[id(o)] = o
+        elif isinstance(base, kinds):
+            found[id(base)] = base
+        # else: a torch tensor's memory (fingerprinted as a storage) or bytes (read-only)
     return found
 
 

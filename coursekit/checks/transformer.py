@@ -619,7 +619,12 @@ class StackStructure:
         expect_structure(out, {"cases": ANY, "dropout": ANY})
         _judge_structure(out["cases"], described)
         call = f"TransformerStack(2, d_model, n_heads, d_ff, dropout={STACK_DROPOUT})"
-        for i, got in enumerate(out["dropout"]):
+        dropout = out["dropout"]
+        if not isinstance(dropout, list) or len(dropout) != 2 or any(
+                not isinstance(got, list) or len(got) != 2 for got in dropout):
+            raise CheckFailed(f"{call}: expected 2 blocks in .blocks, each with an attention dropout and an "
+                              f"FFN dropout (ffn[2].p); found {dropout!r}")
+        for i, got in enumerate(dropout):
             if got != [STACK_DROPOUT, STACK_DROPOUT]:
                 raise CheckFailed(f"{call}: block {i} has attention dropout {got[0]} and FFN dropout {got[1]}: "
                                   "pass dropout on to every TransformerBlock")
