@@ -35,15 +35,16 @@ ONE_AT_A_TIME = frozenset({
     "tests/test_class_server_private_tmp.py", "tests/test_collect_limits.py", "tests/test_docs_commands.py",
     "tests/test_exchange.py", "tests/test_instructor_docs.py", "tests/test_shared_machine_exchange.py",
 })
-#: the longest units first, longest to shortest (seconds on this machine, quiet, 2026-11-27), so
-#: the last file to start is a short one; the rest follow in name order
+#: the longest units first, longest to shortest (seconds in a fresh clone on this machine, each
+#: file beside another, 2026-11-28), so the last file to start is a short one; the rest follow in
+#: name order
 LONGEST = (
-    ("one at a time", 900), ("tests/test_grading_verdicts.py", 600), ("tests/test_cluster.py", 475),
-    ("tests/test_exercises_nbgrader.py", 400), ("tests/test_checks_backward.py", 330),
-    ("tests/test_checks_in_process.py", 280), ("tests/test_autograder_hostile.py", 210),
-    ("tests/test_autograder_cli.py", 170), ("tests/test_autograder_ingest.py", 140),
-    ("tests/test_full_size_count.py", 135), ("tests/test_book_axe.py", 120),
-    ("tests/test_formgrader.py", 100), ("tests/test_checks_streams.py", 100),
+    ("one at a time", 1150), ("tests/test_grading_verdicts.py", 840), ("tests/test_checks_backward.py", 614),
+    ("tests/test_cluster.py", 529), ("tests/test_checks_in_process.py", 443),
+    ("tests/test_exercises_nbgrader.py", 401), ("tests/test_autograder_hostile.py", 256),
+    ("tests/test_full_size_count.py", 226), ("tests/test_release.py", 212), ("tests/test_autograder_ingest.py", 199),
+    ("tests/test_autograder_cli.py", 192), ("tests/test_book_axe.py", 184), ("tests/test_formgrader.py", 138),
+    ("tests/test_student_pack.py", 134), ("tests/test_checks_streams.py", 116),
 )
 
 

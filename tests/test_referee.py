@@ -157,3 +157,52 @@ def test_a_check_failed_inside_a_helper_keeps_its_message():
     with pytest.raises(CheckFailed, match="should be a class derived from torch.nn.Module"):
         from coursekit.checks.normcheck import student_class
         student_class(Loopback(ns).namespace(), "LayerNorm")
+
+
+_PLANTED = r'''
+import json, os, sys
+sys.path.insert(0, os.getcwd())
+import torch
+from coursekit.checks import load_all, normcheck, remote
+load_all()
+asked = []
+
+
+class FakeLink:  # what a notebook could make: a link of its own, answering whatever it likes
+    def ask(self, name, args, kwargs):
+        asked.append(name)
+        return torch.zeros(2, 4)
+
+
+ns = {"LayerNorm": torch.nn.LayerNorm, "planted": [remote.RemoteNamespace(FakeLink(), 0)]}
+out = normcheck.forward_case(ns, "LayerNorm", (4,), {}, None, None, torch.ones(2, 4))
+print(json.dumps({"sandbox_side": remote.SANDBOX_SIDE, "asked": asked,
+                  "plain": normcheck.forward_case is remote.HELPERS[normcheck.forward_case.remote_name],
+                  "out_is_layer_norm": bool(torch.allclose(out, torch.nn.functional.layer_norm(torch.ones(2, 4), (4,))))}))
+'''
+
+
+@pytest.mark.parametrize("side", ["sandbox", "notebook"])
+def test_in_the_sandbox_a_helper_never_asks_a_link_the_notebook_planted(side):
+    """A helper that calls another with the notebook's globals (forward_case -> build_norm) looked
+    through them for a remote object, and would ask a handle the notebook made, with a link of its
+    own, for the answer. In the grader's sandbox (COURSEKIT_SIDE=sandbox, set by the zygote and the
+    harness before the checks are imported) a helper is the plain function: nothing is looked for
+    and the planted link is never asked. Elsewhere (a student's own Jupyter, where the notebook only
+    fools itself, and the in-process tests) the decorator still routes remote arguments."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COURSEKIT_SIDE"}
+    if side == "sandbox":
+        env["COURSEKIT_SIDE"] = "sandbox"
+    proc = subprocess.run([sys.executable, "-c", _PLANTED], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    if side == "sandbox":
+        assert got == {"sandbox_side": True, "asked": [], "plain": True, "out_is_layer_norm": True}
+    else:  # the route the sandbox closes: the planted link answers build_norm
+        assert got["sandbox_side"] is False and got["asked"] and not got["plain"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 from types import MappingProxyType
 
 import torch
@@ -27,14 +28,27 @@ import torch
 HELPERS: dict = {}
 
 
+#: this process is the grader's sandbox (the harness: ``autograder/inside/zygote.py`` and
+#: ``harness.py`` set ``COURSEKIT_SIDE=sandbox`` before they import the checks). No remote object
+#: is real there (handles live in the referee), so a remotable helper is the plain function: a
+#: helper that calls another with the notebook's globals never looks through them for a link, and
+#: an object the notebook made to look like a handle, with a link of its own, is never asked.
+SANDBOX_SIDE = os.environ.get("COURSEKIT_SIDE") == "sandbox"
+
+
 def remotable(fn):
     """Mark ``fn`` as a helper that touches the student's code: it runs where that code lives.
 
     Called with a :class:`RemoteNamespace` or :class:`RemoteHandle` among its arguments (at any
-    depth), it is sent to the sandbox; otherwise it is an ordinary call."""
+    depth), it is sent to the sandbox; otherwise it is an ordinary call. In the sandbox itself
+    (:data:`SANDBOX_SIDE`) it is always an ordinary call."""
     name = f"{fn.__module__}.{fn.__qualname__}"
     if name in HELPERS:
         raise ValueError(f"remotable helper {name} registered twice")
+    if SANDBOX_SIDE:
+        HELPERS[name] = fn
+        fn.remote_name = name
+        return fn
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
