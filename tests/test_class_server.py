@@ -53,7 +53,9 @@ def _full() -> float:
     from autograder.grade import Course
     from course.release import ROOT
     return float(sum(t.points for t in Course(ROOT).tests(A)))
-BUDGET = 420  # seconds for the whole class (3 to 4 minutes measured on 2 busy cores); every wait is bounded by what is left
+BUDGET = 900  # seconds for the whole class, every wait bounded by what is left: a bound on a hang, not a
+# measure of speed (3 to 4 minutes alone on 2 busy cores; 420 s ran out by 3 s beside another test file under
+# make test's two at a time)
 
 
 def _free_port() -> int:
