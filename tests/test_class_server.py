@@ -248,7 +248,7 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
         assert remaining > 0, f"the class took more than {BUDGET} s"
         return remaining
 
-    def wait(cond, what: str, limit: float = 120):
+    def wait(cond, what: str, limit: float = 240):
         try:
             return WebDriverWait(d, min(limit, left())).until(cond)
         except Exception:
@@ -344,7 +344,7 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
         if s == bob:  # his kernel is the class's Python: the setup cell imports torch and coursekit
             d.get(f"{url}/user/{s}/lab/tree/{A}/{NB}.ipynb")
             wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-CodeCell .cm-content"), "the notebook")
-            wait(lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text, "the kernel", limit=120)
+            wait(lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text, "the kernel", limit=240)
             d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-CodeCell .cm-content")[0].click()
             ActionChains(d).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
             first = lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-CodeCell")[0]  # noqa: E731
