@@ -116,9 +116,10 @@ def namespace(link) -> RemoteNamespace:
 
 
 #: the most values :func:`_link_of` looks at per call: the referee's arguments are a few small lists
-#: and dicts; a student's namespace handed to a helper inside the sandbox can hold a list of 60,000
-#: nested lists (tests/fixtures/hostile/tracer_dropped_by_recursion.py), whose walk, under the
-#: checks' profile function, took about 2 s per helper call
+#: and dicts, while a notebook's globals, which helpers hand each other in a student's Jupyter or under
+#: stock nbgrader, can hold a list of 60,000 nested lists (tests/fixtures/hostile/tracer_dropped_by_recursion.py),
+#: whose walk under the checks' profile function took about 2 s per helper call (in the grader's
+#: sandbox there is no walk: :data:`SANDBOX_SIDE`)
 LINK_WALK_BUDGET = 4096
 
 
