@@ -80,7 +80,7 @@ def graded(tmp_path_factory):
                       placeholders={"__MARKER__": marker, "__PORT__": str(listener.port), "__OUTDIR__": str(out)})
         env = dict(venv_env(), OMP_NUM_THREADS="1")
         proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp / "submitted"), "--out", str(out),
-                               "--jobs", "2", "--timeout", "60", "--cell-timeout", "5", "--no-progress"],
+                               "--jobs", "2", "--timeout", "60", "--cell-timeout", "30", "--no-progress"],
                               capture_output=True, text=True, env=env, cwd=tmp)
         time.sleep(0.5)
     finally:
