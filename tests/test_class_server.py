@@ -281,7 +281,13 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
             for it in d.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-item"):
                 if it.text.strip() == "Nbgrader":
                     return it
-        wait(nbgrader_menu, "the Nbgrader menu").click()
+        def clicked(d):  # clicked once the page lets it be (JupyterLab's loading logo covers it at first)
+            it = nbgrader_menu(d)
+            try:
+                return it.click() or it if it is not None else None
+            except Exception:  # noqa: BLE001 -- ElementClickInterceptedException: try again
+                return None
+        wait(clicked, "the Nbgrader menu")
 
         def item(d):
             for it in d.find_elements(By.CSS_SELECTOR, ".lm-Menu-item"):
