@@ -49,7 +49,23 @@ LONGEST = (
 
 
 def _file(item) -> str:
-    return item.nodeid.split("::")[0]
+    return _file_of(item.nodeid)
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def _order(path: str) -> tuple:
+    """The sort key of a test file: its unit's place in :data:`LONGEST`, then names."""
+    rank = {name: i for i, (name, _) in enumerate(LONGEST)}
+    return rank.get(unit_of(path), len(rank)), unit_of(path), path
+
+
+def _print_line(tr, line: str) -> None:
+    if getattr(tr._tw, "width_of_current_line", 0):  # after a row of dots
+        tr.write("\n")
+    tr.write_line(line)
 
 
 def unit_of(path: str) -> str:
@@ -59,8 +75,7 @@ def unit_of(path: str) -> str:
 
 def pytest_collection_modifyitems(session, config, items):
     """Longest units first (:data:`LONGEST`), each file's tests in their own order."""
-    rank = {name: i for i, (name, _) in enumerate(LONGEST)}
-    items.sort(key=lambda item: (rank.get(unit_of(_file(item)), len(rank)), unit_of(_file(item)), _file(item)))
+    items.sort(key=lambda item: _order(_file(item)))
 
 
 def pytest_collection_finish(session):
@@ -77,7 +92,7 @@ def pytest_xdist_make_scheduler(config, log):
         """xdist's ``--dist loadfile``, with the ONE_AT_A_TIME files as one unit, in collection order."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return unit_of(nodeid.split("::")[0])
+            return unit_of(_file_of(nodeid))
 
     config.option.loadscopereorder = False  # keep the order of pytest_collection_modifyitems
     return ByFile(config, log)
@@ -89,15 +104,13 @@ _CONTROLLER: dict = {"expected": None, "done": Counter(), "start": {}, "counts":
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
     if _CONTROLLER["expected"] is None:
-        _CONTROLLER["expected"] = Counter(nid.split("::")[0] for nid in ids)
-        files = list(dict.fromkeys(nid.split("::")[0] for nid in ids))
-        rank = {name: i for i, (name, _) in enumerate(LONGEST)}
-        _FILES.extend(sorted(files, key=lambda f: (rank.get(unit_of(f), len(rank)), unit_of(f), f)))
+        _CONTROLLER["expected"] = Counter(map(_file_of, ids))
+        _FILES.extend(sorted(_CONTROLLER["expected"], key=_order))
 
 
 def pytest_runtest_logstart(nodeid, location):
     # on the xdist controller: a worker starts this test (its file's fixtures are set up after this)
-    _CONTROLLER["start"].setdefault(nodeid.split("::")[0], time.monotonic())
+    _CONTROLLER["start"].setdefault(_file_of(nodeid), time.monotonic())
 
 
 def pytest_runtest_logreport(report):
@@ -108,7 +121,7 @@ def pytest_runtest_logreport(report):
         if counted:
             _STATE["counts"][report.outcome] += 1
         return
-    path = report.nodeid.split("::")[0]
+    path = _file_of(report.nodeid)
     c = _CONTROLLER
     counts = c["counts"].setdefault(path, Counter())
     if counted:
@@ -118,9 +131,7 @@ def pytest_runtest_logreport(report):
         if c["expected"] is not None and c["done"][path] == c["expected"][path]:
             tr = report.node.config.pluginmanager.get_plugin("terminalreporter")
             if tr is not None:
-                if getattr(tr._tw, "width_of_current_line", 0):
-                    tr.write("\n")
-                tr.write_line(_line(path, counts, c["start"].get(path, _T0)))
+                _print_line(tr, _line(path, counts, c["start"].get(path, _T0)))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -134,9 +145,7 @@ def pytest_runtest_protocol(item, nextitem):
             return
         tr = item.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
-            if getattr(tr._tw, "width_of_current_line", 0):  # after a row of dots
-                tr.write("\n")
-            tr.write_line(_line(path, _STATE["counts"], _STATE["start"]))
+            _print_line(tr, _line(path, _STATE["counts"], _STATE["start"]))
 
 
 def _line(path: str, c: Counter, start: float) -> str:
