@@ -9,8 +9,7 @@
    checked against today's code (:func:`book.experiments.recorded.check_pages`): a stale or
    missing record, or a page pinning an older record, fails the build with the command to run.
 3. The pages missing from the execution cache run two at a time, longest first, into that cache
-   (:mod:`book.prefetch`): jupyter-book executes pages one after another, and chapter 09 alone
-   takes as long as all the others.
+   (:mod:`book.prefetch`): jupyter-book executes pages one after another.
 4. ``jupyter-book build . --warningiserror --keep-going`` (through :mod:`book.local_kernels`, so
    the chapters' kernels use local sockets, not TCP): every Sphinx warning fails the build,
    all of them are reported. Chapter results are cached (``execute_notebooks: cache``), so a

@@ -1,9 +1,8 @@
 """Execute the book's pages two at a time, into Jupyter Book's cache, before Jupyter Book runs.
 
 Jupyter Book 1.x (myst-nb with ``execute_notebooks: cache``) executes the pages one after
-another. On this 2-core machine one page, chapter 09 (a character model trained for minutes),
-takes about as long as every other page together, so running the pages on both cores, longest
-first, halves the build's execution time (:func:`prefetch`).
+another. Running the pages on both cores of a 2-core machine, longest first, halves the build's
+execution time (:func:`prefetch`).
 
 Nothing here decides what the book shows. A page is read into a notebook the way myst-nb reads it
 (:func:`read`), executed the way myst-nb's cache mode executes it (jupyter-cache's
@@ -27,14 +26,13 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "_build" / ".jupyter_cache"
 #: pages Jupyter Book executes: the toc's files under these folders
 FOLDERS = ("chapters", "docs")
-#: seconds the longest pages took to execute in a fresh clone on this machine (2026-11-27): only
-#: the order of the prefetch depends on them (longest first), never what a page shows; a page
-#: missing here is ordered by its earlier run in the cache, else by its length. Chapters 05 and
-#: 11 were split in two (issue 27, pacing): each half has its share of the whole's time, in the
-#: ratio of the halves' times measured back to back (05: 11 s and 113 s; 11: 55 s and 83 s).
-SLOW = {"chapters/09_real_models.md": 325, "chapters/12_streams.md": 120,
-        "chapters/05b_in_practice.md": 103, "chapters/11b_block_variants.md": 59,
-        "chapters/11_beyond.md": 39}
+#: seconds the longest pages took to execute on this machine (2026-11-28, two at a time): only the
+#: order of the prefetch depends on them (longest first), never what a page shows; a page missing
+#: here is ordered by its earlier run in the cache, else by its length. Chapter 09 reads its
+#: character-model runs from a record (book/experiments/charlm_grid.py) and takes 14 s.
+SLOW = {"chapters/12_streams.md": 164, "chapters/05b_in_practice.md": 139,
+        "chapters/11b_block_variants.md": 121, "chapters/11_beyond.md": 81,
+        "chapters/02_residual.md": 33, "chapters/01_depth.md": 26}
 
 
 @functools.lru_cache(maxsize=1)

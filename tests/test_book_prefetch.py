@@ -39,4 +39,4 @@ def test_the_longest_pages_go_first():
     cache = get_cache(str(prefetch.CACHE)) if (prefetch.CACHE / "global.db").exists() else None
     order = sorted(prefetch.pages(), key=lambda p: -prefetch._hint(cache, p)) if cache else \
         sorted(prefetch.pages(), key=lambda p: -prefetch.SLOW.get(p.relative_to(prefetch.ROOT).as_posix(), 0))
-    assert order[0].name == "09_real_models.md"
+    assert order[0].name == "12_streams.md"  # the longest in prefetch.SLOW (chapter 09 reads a record now)

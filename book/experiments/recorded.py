@@ -44,7 +44,8 @@ SCHEMA = 1
 WRITER = "book.experiments.recorded"
 REFRESH = "make experiments"  # the command that refreshes every record
 #: experiment name -> the module that defines it
-EXPERIMENTS = {"charlm_long": "book.experiments.charlm_long",
+EXPERIMENTS = {"charlm_grid": "book.experiments.charlm_grid",
+               "charlm_long": "book.experiments.charlm_long",
                "streams_long": "book.experiments.streams_long"}
 
 
