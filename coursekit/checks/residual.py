@@ -138,19 +138,21 @@ class ResidualFunction:
 
 @register("residual_block_parameters", needs=("ResidualBlock",))
 class BlockParameters:
-    """ResidualBlock registers its norm as `norm` (LayerNorm: weight and bias; RMSNorm: weight) and the sublayer as `sublayer`"""
+    """ResidualBlock registers its norm as `norm` (LayerNorm: weight and bias; RMSNorm: weight) and keeps the sublayer it is given as `sublayer` (that module, not a copy)"""
 
     @staticmethod
     def probe(ns):
         out = {}
         for kind in ("layer", "rms"):
-            blk = as_module(ns["ResidualBlock"](D, sublayer(0), norm=kind), "ResidualBlock(...)")
+            sub = sublayer(0)
+            blk = as_module(ns["ResidualBlock"](D, sub, norm=kind), "ResidualBlock(...)")
             out[kind] = sorted(blk.state_dict().keys())
+            out[f"{kind}_sublayer_is_given"] = getattr(blk, "sublayer", None) is sub
         return out
 
     @staticmethod
     def judge(out):
-        expect_structure(out, {"layer": ANY, "rms": ANY})
+        expect_structure(out, {"layer": ANY, "rms": ANY, "layer_sublayer_is_given": ANY, "rms_sublayer_is_given": ANY})
         sub = ["sublayer.0.bias", "sublayer.0.weight"]
         for kind, norm_keys in (("layer", ["norm.bias", "norm.weight"]), ("rms", ["norm.weight"])):
             keys = out[kind]
@@ -168,6 +170,11 @@ class BlockParameters:
             raise CheckFailed(f"ResidualBlock(dim, sublayer, norm={kind!r}) has the wrong parameters: missing "
                               f"{missing or 'none'}, unexpected {extra or 'none'}. Keep the sublayer as "
                               "self.sublayer and the norm as self.norm.")
+        for kind in ("layer", "rms"):
+            if out[f"{kind}_sublayer_is_given"] is not True:
+                raise CheckFailed(f"ResidualBlock(dim, sublayer, norm={kind!r}) should keep the sublayer it is given "
+                                  "as self.sublayer: that module itself, not a copy (a copy is not the module the "
+                                  "caller trains, ties or inspects)")
 
 
 def _pre(F_, norm, x, s=1.0):
