@@ -92,7 +92,7 @@ check: venv
 # runs them one after another in this process.
 TEST_JOBS ?= 2
 test: venv system book $(CHP) $(AXE)
-	$(PY) -m pytest -q $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS))
+	$(PY) -m pytest -q --durations=30 $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS))
 
 grade: venv system
 	$(PY) -m autograder grade --sample-class --out _build/grades
