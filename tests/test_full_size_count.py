@@ -211,14 +211,61 @@ def test_a_count_is_lost_when_its_tracer_or_its_op_counter_is_gone():
 
 
 def test_a_sinkhorn_that_loops_over_a_large_batch_fails_the_counted_matrices():
+    """One matrix at a time on the largest counted batch runs past the line cap: the count stops
+    there (it ran past the cell's 120 s before the cap) and fails, naming the cap."""
     ns = fixture_ns(FIXTURES / "hostile" / "sinkhorn_loop_above_16_matrices.py")
     gid = "streams_benchmark"
     rec = scaling.measure(gid, ns, 5)
-    with pytest.raises(CheckFailed, match="as the number of matrices in a batch of logits grows"):
+    assert any(e[k]["lines"] > scaling.LINE_CAP for e in rec for k in ("at_n0", "at_n1"))
+    with pytest.raises(CheckFailed, match="so the benchmark stopped counting it"):
         scaling.judge(rec, gid, "sinkhorn_knopp", LOOP_HINT[gid])
     largest = max(n1 for dim, _, n1, _, _ in scaling.GROWTH[gid] if dim == "matrices")
     from coursekit.contract import BENCH_SIZES
     assert largest >= max(scaling.prod(BENCH_SIZES[k]["streams"]["logits"][:-2]) for k in BENCH_SIZES)
+
+
+def test_a_count_stops_at_the_line_cap_and_fails(monkeypatch):
+    """Past LINE_CAP lines the tracer stops the counted call (CountCapped, raised into it and not
+    passed on by work), the count is not 'lost' but over the cap, and the judge fails it by the cap
+    whatever the growth or the ceiling would say (without the course's solutions too)."""
+    monkeypatch.setattr(scaling, "LINE_CAP", 5000)
+    ran = [0]
+
+    def loop(*_):
+        for _ in range(50_000):
+            ran[0] += 1
+        return torch.ones(1)
+
+    counts, out = scaling.work(loop, (), ())
+    assert out is None and counts["lines"] == 5001 and counts["lost"] == 0
+    assert 50_000 < ran[0] < 50_000 + 5000  # the warm-up call ran whole, the counted one stopped
+    path = FIXTURES / "wrong" / "02_rmsnorm" / "per_row_loop.py"
+    rec = scaling.measure("rmsnorm_benchmark", code_ns("02_rmsnorm", read_code_fixture(path)["code"], path.name), 5)
+    with pytest.raises(CheckFailed, match="more than 5,000 Python lines in the counted call with"):
+        scaling.judge(rec, "rmsnorm_benchmark", "RMSNorm", LOOP_HINT["rmsnorm_benchmark"])
+    full = {**rec[0]["at_n1"], "shape": [4, 8]}
+    with pytest.raises(CheckFailed, match="stopped counting it"):
+        scaling.judge_full(full, rec, "rmsnorm_benchmark", "RMSNorm", LOOP_HINT["rmsnorm_benchmark"])
+
+
+def test_code_that_swallows_the_cap_still_fails_and_cannot_raise_it_itself(monkeypatch):
+    monkeypatch.setattr(scaling, "LINE_CAP", 2000)
+
+    def stubborn(*_):
+        done = 0
+        while done < 20_000:
+            try:
+                for _ in range(20_000 - done):
+                    done += 1
+            except BaseException:  # noqa: BLE001 -- catches CountCapped; the rest runs untraced
+                pass
+        return torch.ones(1)
+
+    counts, out = scaling.work(stubborn, (), ())
+    assert counts["lines"] > 2000 and counts["lost"] == 0 and out is not None  # over the cap: fails
+    with pytest.raises(scaling.CountCapped):  # not under the cap: raised by the code, passed on
+        with scaling.Meter():
+            raise scaling.CountCapped("forged")
 
 
 def test_the_counted_call_is_picked_from_the_draw():

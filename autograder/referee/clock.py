@@ -9,7 +9,8 @@ it is :mod:`autograder.referee.protocol`'s. Here, in the grader:
    ping, capped at twice what building and shipping the same data costs in this process plus
    1 ms and at half the round, so a submission that slows its pings down gains nothing worth
    having. The number of calls per round ``k`` comes from the time of 1 and of 5 calls on fresh
-   inputs (the slope, free of the round trip), so that a round lasts about ``TARGET_S``;
+   inputs (the slope, free of the round trip), so that a round lasts about ``TARGET_S`` (a first
+   call that alone lasts :data:`SLOW_CALL` rounds makes ``k`` 1 without the five);
 2. rounds: a fresh seed from :mod:`secrets` each round, unknown in advance. This process builds
    the same input from the seed, times torch's own module on it (``k_torch`` calls, one thread),
    and, interleaved (who goes first alternates), sends ``run`` with the seed and ``k`` and
@@ -53,7 +54,7 @@ import struct
 import time
 
 from autograder.referee.protocol import Channel, Closed, send
-from coursekit.checks.scaling import Idle
+from coursekit.checks.scaling import LINE_CAP, Idle, capped
 
 #: per device type: one round of the student's calls lasts about this long (torch's: a fifth of it);
 #: on a GPU a call takes ~0.1-1 ms and the pipe's round trip more, so rounds are longer there
@@ -68,6 +69,9 @@ PINGS = 5
 # the output tolerance: coursekit.checks.served.TOL (CPU: 5e-3; chained calls amplify rounding
 # differences a little, measured under 5e-5 at 200 calls)
 BUDGET_S = 120.0  # the whole benchmark, after which it is judged on the rounds it has (at least 3)
+#: a first call slower than this many rounds (TARGET_S each) skips the calibration's five more calls:
+#: the rounds are one call each anyway (the times inform the feedback; the points come from counts)
+SLOW_CALL = 20
 REPLY_S = 60.0  # one reply
 
 
@@ -130,6 +134,7 @@ def measure(gid: str, stdin, ch: Channel, device: str | None = None, draw: int |
     from coursekit import bench
     from coursekit.checks import CheckFailed
     from coursekit.checks import wire
+    from coursekit.checks.benchmark import LOOP_HINT
     from coursekit.checks.served import SERVED, expect_reply_close, reply
 
     spec = SERVED.get(gid)
@@ -172,11 +177,14 @@ def measure(gid: str, stdin, ch: Channel, device: str | None = None, draw: int |
             if not isinstance(rep, dict) or "y" not in rep:
                 err = rep.get("error") if isinstance(rep, dict) else None
                 raise CheckFailed(f"your {spec.name} raised {err}" if err else "no output came back")
-            expect_reply_close(rep["y"], reply(want, seed, cfg),
-                               f"{spec.name} on the benchmark's input (a fresh random input each round)", kind)
             if count is not None:
                 w = rep.get("work")
                 full.update({k_: w[k_] for k_ in ("ops", "lines", "hot", "lost") if k_ in w} if isinstance(w, dict) else {})
+                if type(full.get("lines")) is int and full["lines"] > LINE_CAP:  # the counted call was stopped
+                    raise CheckFailed(capped(spec.name, f"one grader-timed call on the full input "
+                                                        f"({'x'.join(map(str, full.get('shape', [])))})", LOOP_HINT[gid]))
+            expect_reply_close(rep["y"], reply(want, seed, cfg),
+                               f"{spec.name} on the benchmark's input (a fresh random input each round)", kind)
             return t
 
         full = {}  # the counts of one full-size call (count_position), judged by scaling.judge_full
@@ -222,11 +230,16 @@ def measure(gid: str, stdin, ch: Channel, device: str | None = None, draw: int |
                 one, _ = _local(m, x, 1, name != "torch.compile")
                 k_local[name] = max(1, min(max_k, int(target / 5 / max(one, 1e-7))))
             t1 = student(seed, 1, mods["torch"](x))
-            seed = secrets.randbits(31)
-            x = spec.x(seed, cfg)
-            t5 = student(seed, 5, _local(mods["torch"], x, 5)[1])
-            # the slope of 1 -> 5 calls is free of the round trip's cost (a hiccup in either: the other)
-            one = min((t5 - t1) / 4 if t5 > t1 else float("inf"), per_call(t5, 5))
+            if per_call(t1, 1) > SLOW_CALL * target:
+                # one call alone outlasts many rounds' worth: a round is one call whatever five more
+                # would measure, so they are not made (a loop over 8192 matrices spent a minute here)
+                one = per_call(t1, 1)
+            else:
+                seed = secrets.randbits(31)
+                x = spec.x(seed, cfg)
+                t5 = student(seed, 5, _local(mods["torch"], x, 5)[1])
+                # the slope of 1 -> 5 calls is free of the round trip's cost (a hiccup in either: the other)
+                one = min((t5 - t1) / 4 if t5 > t1 else float("inf"), per_call(t5, 5))
             k = max(1, min(max_k, int(target / max(one, 1e-7))))
 
             times = {"yours": [], **{n: [] for n in mods}}

@@ -80,6 +80,19 @@ def _is_torchs(file: str) -> bool:
     return got
 
 
+#: a counted call stops being counted past this many Python lines, and fails: ten times the largest
+#: ceiling any course solution sets (exercise 06's, about 102,000 lines; :func:`ceiling`), so no call
+#: that could pass is ever stopped. A loop over thousands of items under the line tracer otherwise runs
+#: for minutes (exercise 06's Sinkhorn one matrix at a time on 8192 matrices: past the cell's 120 s)
+LINE_CAP = 1_000_000
+
+
+class CountCapped(BaseException):
+    """Raised by :class:`Meter`'s tracer into the counted code once it has run :data:`LINE_CAP`
+    lines (a BaseException: ``except Exception`` in the student's code does not swallow it); the
+    count then stands over every allowance, which fails it (:func:`judge`, :func:`judge_full`)."""
+
+
 class _OpCount(TorchDispatchMode):
     """Counts the torch ops dispatched below autograd while it is on the mode stack."""
 
@@ -101,13 +114,16 @@ class Meter:
 
     def __init__(self):
         self.counter, self.lines, self.hits, self.before, self.lost = _OpCount(), [0], {}, None, 0
-        self.starts = 0
+        self.starts, self.capped = 0, False
 
     def _trace(self, frame, event, arg):
         if frame.f_code in _OWN:
             return None
         if event == "line":
             self.lines[0] += 1
+            if self.lines[0] > LINE_CAP:  # far past any allowance: stop (Python drops this tracer)
+                self.capped = True
+                raise CountCapped(f"more than {LINE_CAP} Python lines in one counted call")
             file = frame.f_code.co_filename
             torchs = _TORCHS.get(file)
             if torchs is None:
@@ -131,11 +147,13 @@ class Meter:
         # A thread started during the call (and perhaps joined before it returns) does work that neither
         # the tracer nor the op counter, both per thread, sees (the ninth red team's QueueListener): the
         # grader's observers count every start (coursekit.checks.threads.STARTS).
-        self.lost = int(_gettrace() != self._trace or _current_mode() is not self.counter
-                        or _threads.STARTS[0] != self.starts)
+        # Stopped at the cap: the tracer is gone by our doing, and the count (over the cap) fails
+        # by itself; the CountCapped raised into the call is not passed on.
+        self.lost = 0 if self.capped else int(_gettrace() != self._trace or _current_mode() is not self.counter
+                                               or _threads.STARTS[0] != self.starts)
         _settrace(self.before)
         self.counter.__exit__(*exc)
-        return False
+        return self.capped and exc[0] is not None and issubclass(exc[0], CountCapped)
 
     @property
     def counts(self) -> dict:
@@ -180,6 +198,7 @@ def work(call, warm: tuple, counted: tuple) -> tuple[dict, object]:
     different values."""
     with _OpCount():  # the warm-up under the counter too: torch imports some of its machinery lazily
         call(*warm)
+    out = None  # stays None when the count stopped at LINE_CAP (the judge fails that count first)
     with Meter() as meter:
         out = call(*counted)
     return meter.counts, out
@@ -518,6 +537,8 @@ def judge(rec, gid: str, what: str, hint: str) -> None:
                 or not (isinstance(e.get("out"), list) and len(e["out"]) == 2):
             raise CheckFailed(malformed)
         for c, n in zip(counts, (n0, n1)):
+            if c["lines"] > LINE_CAP:
+                raise CheckFailed(capped(what, f"the counted call with {n} {dim}", hint))
             if c["lost"]:
                 raise CheckFailed(_lost(what, f"the counted call with {n} {dim}"))
         for side, (got, n) in enumerate(zip(e["out"], (n0, n1))):
@@ -572,6 +593,8 @@ def judge_full(full, rec, gid: str, what: str, hint: str) -> None:
     if not (isinstance(full, dict) and all(type(full.get(k)) is int and full[k] >= 0 for k in ("ops", "lines", "hot", "lost"))
             and isinstance(full.get("shape"), list) and all(type(n) is int for n in full["shape"])):
         raise CheckFailed("the count of your code's work on one full-size call of the benchmark is missing or malformed")
+    if full["lines"] > LINE_CAP:
+        raise CheckFailed(capped(what, f"one grader-timed call on the full input ({'x'.join(map(str, full['shape']))})", hint))
     if full["lost"]:
         raise CheckFailed(_lost(what, f"one grader-timed call on the full input ({'x'.join(map(str, full['shape']))})"))
     sides = [(e[key], i, side) for i, e in enumerate(rec) for side, key in enumerate(("at_n0", "at_n1"))]
@@ -587,6 +610,13 @@ def judge_full(full, rec, gid: str, what: str, hint: str) -> None:
                 f"ops, and at most {full_allowed(c[k], k)} {unit} are allowed: the work of a full-size call grew. "
                 f"Vectorized code runs the same lines and ops whatever the size. {hint[:1].upper() + hint[1:]}.")
     _too_hot(gid, full, f"on the benchmark's full-size input ({'x'.join(map(str, full['shape']))})", what, hint)
+
+
+def capped(what: str, where: str, hint: str) -> str:
+    """The message of a count stopped at :data:`LINE_CAP`."""
+    return (f"your {what} ran more than {LINE_CAP:,} Python lines in {where}, many times what any benchmark "
+            f"allows one call, so the benchmark stopped counting it there; a loop over the items does that. "
+            f"{hint[:1].upper() + hint[1:]}.")
 
 
 def _lost(what: str, where: str) -> str:
