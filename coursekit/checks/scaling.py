@@ -93,16 +93,26 @@ class CountCapped(BaseException):
     count then stands over every allowance, which fails it (:func:`judge`, :func:`judge_full`)."""
 
 
-class _OpCount(TorchDispatchMode):
-    """Counts the torch ops dispatched below autograd while it is on the mode stack."""
+#: the warm-up call before a count (:func:`work`) stops past this many torch ops: a loop over thousands
+#: of items spends most of its time there otherwise (the warm-up is not counted, only run for its lazy
+#: set-up); ten times the most ops any course solution's counted call may run (:func:`ceiling`)
+WARM_OP_CAP = 50_000
 
-    def __init__(self):
+
+class _OpCount(TorchDispatchMode):
+    """Counts the torch ops dispatched below autograd while it is on the mode stack; with ``cap``,
+    every op past ``cap`` raises :class:`CountCapped` instead of running."""
+
+    def __init__(self, cap: int | None = None):
         super().__init__()
-        self.n = 0
+        self.n, self.cap = 0, cap
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += 1
-        return func(*args, **(kwargs or {}))
+        self.n += 1  # two lines a call, as before the cap (a count's lines include them)
+        return func(*args, **(kwargs or {})) if self.cap is None or self.n <= self.cap else self._over()
+
+    def _over(self):
+        raise CountCapped(f"more than {self.cap} torch ops in the warm-up call")
 
 
 class Meter:
@@ -196,8 +206,11 @@ def work(call, warm: tuple, counted: tuple) -> tuple[dict, object]:
     """(``{"ops": n, "lines": n}``, the output) of one ``call(*counted)``, after a warm-up
     ``call(*warm)`` (a first call's lazy set-up is not per-row work): inputs of the same shapes,
     different values."""
-    with _OpCount():  # the warm-up under the counter too: torch imports some of its machinery lazily
-        call(*warm)
+    try:  # the warm-up under the counter too: torch imports some of its machinery lazily
+        with _OpCount(cap=WARM_OP_CAP):
+            call(*warm)
+    except CountCapped:  # a loop far past any allowance: the counted call shows it
+        pass
     out = None  # stays None when the count stopped at LINE_CAP (the judge fails that count first)
     with Meter() as meter:
         out = call(*counted)
