@@ -683,6 +683,22 @@ ALIASES = [
      "every imported module (sys.modules) (through the alias _K)"),
     ("import sys\nclass _K:\n    @property\n    def s(self):\n        return sys\n_m = _K().s.modules\n",
      "every imported module (sys.modules) (through the alias _K)"),
+    # round 20: a lambda's default argument, a match capture and a generator's yield are aliases too
+    ("make_fx = (lambda n, i=__import__: i(n, fromlist=['_']))('torch.' + 'fx.experimental.proxy_tensor').make_fx\n",
+     "__import__() (imports by a computed name) (through the alias i)"),
+    ("_tracer = (lambda i=__import__: i('sys'))().gettrace\n",
+     "whether the code is being traced (the benchmark counts with a tracer)"),
+    ("_f = (lambda s, e=exec: e(s))('x = 1')\n", "exec() (runs a string as code) (through the alias e)"),
+    ("_g = (lambda g=globals: g())()\n", "globals() (the module namespace) (through the alias g)"),
+    ("_ns = (lambda o, n, g=getattr: g(o, n))(run, '__glo' + 'bals__')\n",
+     "a function's module namespace (through the alias g)"),
+    ("_t = (lambda *, i=__import__: i('sys'))().gettrace\n",
+     "whether the code is being traced (the benchmark counts with a tracer)"),
+    ("match __import__:\n    case i:\n        _t = i('sys').gettrace\n",
+     "whether the code is being traced (the benchmark counts with a tracer) (through the alias i)"),
+    ("def _g():\n    yield __import__\n_t = next(_g())('sys').gettrace\n",
+     "whether the code is being traced (the benchmark counts with a tracer)"),
+    ("import pydoc\n_f = pydoc.locate('torch.nn.functional.' + 'layer_norm')\n", "imports pydoc"),
 ]
 
 

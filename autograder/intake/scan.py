@@ -55,7 +55,7 @@ REVIEW_MODULES = frozenset({
     "cloudpickle", "marshal", "shelve", "builtins", "__builtin__", "types", "code", "codeop", "runpy",
     "pkgutil", "zipimport", "linecache", "dis", "traceback", "weakref", "copyreg", "_warnings", "bdb", "pdb",
     "trace", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters", "_interpchannels", "_interpqueues",
-    "interpreters",
+    "interpreters", "pydoc",  # pydoc.locate: any object by a dotted name (a red team's round 20)
     "coursekit", "course", "autograder", "book", "tools", "IPython", "ipykernel", "jupyter_client",
 })
 #: modules of the review list that only show things (a figure, Markdown): importing them is fine
@@ -738,17 +738,24 @@ def _reflective(v: str) -> str | None:
     return None
 
 
+def _fn_key(fn) -> str:
+    """The key of a def (``<def>name``) or of a lambda (``<def><lambda@line:col>``, one per lambda)."""
+    if isinstance(fn, ast.Lambda):
+        return f"<def><lambda@{getattr(fn, 'lineno', 0)}:{getattr(fn, 'col_offset', 0)}:{id(fn)}>"
+    return f"<def>{fn.name}"
+
+
 class _Scope:
-    """A function's scope: the names it binds itself (parameters, assignment, for, with, except and
+    """A function's (or a lambda's) scope: the names it binds itself (parameters, assignment, for, with, except and
     import targets, nested defs and classes) less those it declares global or nonlocal."""
 
     def __init__(self, fn, parent: "_Scope | None"):
-        self.prefix = f"<def>{fn.name}:"
+        self.prefix = f"{_fn_key(fn)}:"
         self.parent = parent
         a = fn.args
         self.own = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
         declared, self.globals = set(), set()
-        stack = list(fn.body)
+        stack = [fn.body] if isinstance(fn, ast.Lambda) else list(fn.body)
         while stack:
             n = stack.pop()
             if isinstance(n, (ast.Global, ast.Nonlocal)):
@@ -840,6 +847,14 @@ class Values:
         while stack:
             node, scope = stack.pop()
             self._scope[id(node)] = scope
+            if isinstance(node, ast.Lambda):  # its parameters are its own, as a def's
+                inner = _Scope(node, scope)
+                a = node.args
+                stack += [(c, scope) for c in a.defaults + [d for d in a.kw_defaults if d is not None]]
+                stack.append((a, inner))
+                self._scope[id(a)] = inner
+                stack.append((node.body, inner))
+                continue
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 inner = _Scope(node, scope)
                 a = node.args
@@ -891,9 +906,33 @@ class Values:
                 self.classes.add(f"<def>{node.name}")
                 child_class = True
             elif isinstance(node, ast.Lambda):
+                # a lambda is a function: its parameters take its defaults and what calls pass it
+                # ((lambda n, i=__import__: i(n))("sys")), and it returns its body
+                key = _fn_key(node)
+                a = node.args
+                params = [x.arg for x in a.posonlyargs + a.args]
+                local = lambda p, a=a: self._key(a, p)  # noqa: E731
+                self.params.setdefault(key, []).append((params, None, {p: local(p) for p in params}))
+                self.bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
+                self.otherwise |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
+                for p, d in zip(params[::-1], a.defaults[::-1]):
+                    self._edges.append(("name", local(p), d))
+                for x, d in zip(a.kwonlyargs, a.kw_defaults):
+                    if d is not None:
+                        self._edges.append(("name", local(x.arg), d))
+                self._edges.append(("return", key, node.body))
                 child_fn = None
             elif isinstance(node, ast.Return) and fn and node.value is not None:
                 self._edges.append(("return", fn, node.value))
+            elif isinstance(node, (ast.Yield, ast.YieldFrom)) and fn and node.value is not None:
+                self._edges.append(("return", fn, node.value))  # what a generator yields, next() returns
+            elif hasattr(ast, "Match") and isinstance(node, ast.Match):
+                # match SUBJECT: case NAME / case [*NAME] / case X(...) as NAME: a capture is bound to
+                # the subject (or to a part of it: the subject's values cover them)
+                for case in node.cases:
+                    for n in ast.walk(case.pattern):
+                        if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+                            self._bind_name(n.name, node.subject, key=self._key(n, n.name))
             elif isinstance(node, ast.Assign):
                 for t in node.targets:
                     self._bind(t, node.value, in_class)
@@ -1083,6 +1122,8 @@ class Values:
             return set().union(set(), *(ev(v) for v in node.values))
         if isinstance(node, (ast.Starred, ast.NamedExpr, ast.Await)):
             return set(ev(node.value))
+        if isinstance(node, ast.Lambda):  # the lambda itself: calling it gives its body's values
+            return {_fn_key(node)}
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
             return set(ev(node.elt))
         if isinstance(node, ast.DictComp):
