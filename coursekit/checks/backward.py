@@ -930,6 +930,8 @@ def _blob(o, covered: set | None = None):
         return (id(o), (int.bit_length(o) + 7) // 8)  # data packed into one big integer
     if issubclass(kind, str) and str.__len__(o) > BLOB_MIN_BYTES:  # data encoded as text (hex, base64, repr)
         return (id(o), len(str.encode(o, "utf-8", "surrogatepass")))
+    if kind.__module__ == "numpy" and kind.__name__ == "ndarray" and o.dtype.hasobject:
+        return None  # pointers to Python objects: the walks enter it (:func:`_held`) and count what it holds
     if kind.__module__ == "numpy" and kind.__name__ == "ndarray":
         root = o
         while type(getattr(root, "base", None)).__name__ == "ndarray":
@@ -970,6 +972,7 @@ def _ctx_walk(ctx):
         seen.add(id(o))
         if _is(o, torch.Tensor):
             found.append(o)
+            todo += _tensor_attrs(o)  # a tensor's own Python attributes (rstd.x_hat = ...: round 20)
             continue
         b = _blob(o, covered)
         if b is not None:
@@ -987,6 +990,22 @@ _OPAQUE = (type, types.ModuleType, types.CodeType, str, bytes, int, float, compl
            torch.dtype, torch.device)
 
 
+def _tensor_attrs(t) -> list:
+    """The values of a tensor's Python attributes (its ``__dict__``, read by the collector: no code
+    of the student's runs): a copy hung on a kept tensor (``rstd.x_hat = ...``, the twentieth red
+    team) is kept with it."""
+    return [v for r in gc.get_referents(t) if type(r) is dict for v in dict.values(r)]
+
+
+def _imported(o) -> bool:
+    """Whether the module ``o`` is one the interpreter imported (``sys.modules`` holds it under its
+    name): the walks do not enter those (they lead to the whole program), but a module object made
+    as a box (``types.ModuleType("box")``, the twentieth red team) is entered like any object."""
+    d = gc.get_referents(o)
+    name = next((dict.get(r, "__name__") for r in d if type(r) is dict), None)
+    return isinstance(name, str) and sys.modules.get(name) is o
+
+
 def _held(o) -> list:
     """The objects ``o`` holds, for the walks from ctx and from what forward made, read by the
     collector (no code of the student's runs): a container's items, any object's ``__dict__`` and
@@ -994,8 +1013,15 @@ def _held(o) -> list:
     attributes (not its globals: they lead to the whole program), a method's object. Types and
     modules are not entered. (A copy in an object with ``__slots__`` or in a lambda's default
     argument was not reached: the fourteenth red team.)"""
-    if _is(o, _OPAQUE) or _is(o, torch.Tensor):
+    if _is(o, torch.Tensor):
+        return _tensor_attrs(o)
+    if _is(o, types.ModuleType) and not _imported(o):
+        return [v for r in gc.get_referents(o) if type(r) is dict for v in dict.values(r)]
+    if _is(o, _OPAQUE):
         return []
+    if type(o).__module__ == "numpy" and type(o).__name__ == "ndarray" and o.dtype.hasobject:
+        # an array of Python objects holds them (its own bytes are pointers): round 20's object array
+        return list(o.ravel(order="K"))[:CONTENT_LIMIT]
     if _is(o, types.FunctionType):
         out = list(o.__defaults__ or ()) + list((o.__kwdefaults__ or {}).values()) + list(vars(o).values())
         for cell in o.__closure__ or ():
@@ -1006,9 +1032,10 @@ def _held(o) -> list:
         return out
     if _is(o, (types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType)):
         return [x for x in (getattr(o, "__self__", None), getattr(o, "__func__", None))
-                if x is not None and not _is(x, (type, types.ModuleType))]
+                if x is not None and not _is(x, type) and not (_is(x, types.ModuleType) and _imported(x))]
     try:
-        return [r for r in gc.get_referents(o) if not _is(r, (type, types.ModuleType))]
+        return [r for r in gc.get_referents(o)
+                if not _is(r, type) and not (_is(r, types.ModuleType) and _imported(r))]
     except Exception:  # noqa: BLE001
         return []
 
@@ -1018,7 +1045,7 @@ def _new_blobs(objects, skip) -> dict:
     forward made and kept) and the objects they hold, ``skip``'s keys aside: ``{key: nbytes}``."""
     blobs, seen, covered = {}, set(), set()
     for o in objects:
-        if _is(o, (type, types.ModuleType)):
+        if _is(o, type) or (_is(o, types.ModuleType) and _imported(o)):
             continue
         todo = [(o, 0)]
         while todo:
