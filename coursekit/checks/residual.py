@@ -140,6 +140,8 @@ class ResidualFunction:
 class BlockParameters:
     """ResidualBlock registers its norm as `norm` (LayerNorm: weight and bias; RMSNorm: weight) and keeps the sublayer it is given as `sublayer` (that module, not a copy)"""
 
+    CHANGED_SEED, CHANGE = 14, -0.5  # after one call, the sublayer's parameters are scaled by CHANGE
+
     @staticmethod
     def probe(ns):
         out = {}
@@ -148,11 +150,26 @@ class BlockParameters:
             blk = as_module(ns["ResidualBlock"](D, sub, norm=kind), "ResidualBlock(...)")
             out[kind] = sorted(blk.state_dict().keys())
             out[f"{kind}_sublayer_is_given"] = getattr(blk, "sublayer", None) is sub
+        # what the caller does to the sublayer it passed (trains it, ties or loads its weights) must
+        # reach the block, on every call: changed in place after a first call, it is used changed
+        seed = BlockParameters.CHANGED_SEED
+        try:
+            blk = build(ns, seed)
+        except CheckFailed as e:  # no self.norm to load: the names above fail first, with their own message
+            out["after_change"] = str(e)
+            return out
+        x = inputs(seed)
+        with torch.no_grad():
+            blk(x)
+            for q in blk.sublayer.parameters() if isinstance(getattr(blk, "sublayer", None), nn.Module) else ():
+                q.mul_(BlockParameters.CHANGE)
+        out["after_change"] = blk(x)
         return out
 
     @staticmethod
     def judge(out):
-        expect_structure(out, {"layer": ANY, "rms": ANY, "layer_sublayer_is_given": ANY, "rms_sublayer_is_given": ANY})
+        expect_structure(out, {"layer": ANY, "rms": ANY, "layer_sublayer_is_given": ANY, "rms_sublayer_is_given": ANY,
+                               "after_change": ANY})
         sub = ["sublayer.0.bias", "sublayer.0.weight"]
         for kind, norm_keys in (("layer", ["norm.bias", "norm.weight"]), ("rms", ["norm.weight"])):
             keys = out[kind]
@@ -175,6 +192,19 @@ class BlockParameters:
                 raise CheckFailed(f"ResidualBlock(dim, sublayer, norm={kind!r}) should keep the sublayer it is given "
                                   "as self.sublayer: that module itself, not a copy (a copy is not the module the "
                                   "caller trains, ties or inspects)")
+        if isinstance(out["after_change"], str):
+            raise CheckFailed(out["after_change"][:500])
+        seed = BlockParameters.CHANGED_SEED
+        x = inputs(seed)
+        F_, ln = parts(seed)
+        with torch.no_grad():
+            F_.apply(lambda m: [q.mul_(BlockParameters.CHANGE) for q in m.parameters(recurse=False)])
+            want = _pre(F_, ln, x)
+            stale = _pre(parts(seed)[0], ln, x)
+        expect_close(out["after_change"], want, what="a pre-norm ResidualBlock's output after the sublayer it was "
+                     "given was changed in place (its parameters scaled after a first call)", suspects={
+                         "the block keeps using a copy of the sublayer made before the change: compute the branch "
+                         "with self.sublayer, the module it was given, on every call": stale})
 
 
 def _pre(F_, norm, x, s=1.0):
