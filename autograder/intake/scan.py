@@ -182,8 +182,13 @@ class _ConstantLookups(ast.NodeTransformer):
 
 
 def resolved(node):
-    """A copy of ``node`` with constant ``getattr`` lookups read as attributes (line numbers kept)."""
+    """A copy of ``node`` with constant ``getattr`` lookups read as attributes (line numbers kept);
+    ``node`` itself when it calls no ``getattr`` (nothing to rewrite, and its callers only read it:
+    a deep copy of a 100,000-number table was a third of its planning)."""
     import copy
+    if not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr"
+               for n in ast.walk(node)):
+        return node
     return _ConstantLookups().visit(copy.deepcopy(node))
 
 
@@ -330,7 +335,7 @@ def _own_attrs(stmt) -> set[str]:
 
 def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
     """Every reason to look at this submission, with its cell and line: ``[]`` when nothing.
-    ``deadline`` (``time.monotonic()``): past it, :class:`~autograder.intake.slicing.PlanningTimeout`
+    ``deadline`` (``time.thread_time()``, see ``slicing.in_time``): past it, :class:`~autograder.intake.slicing.PlanningTimeout`
     is raised (checked at every statement and every nested function, so a notebook of many nested
     definitions cannot keep the review running after its budget)."""
     out: list[str] = []
