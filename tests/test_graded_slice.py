@@ -546,8 +546,12 @@ def test_code_too_deep_to_read_runs_as_written_in_an_answer_cell_and_is_flagged_
 
 
 def test_code_that_still_recurses_too_deep_gives_the_student_a_message_not_a_grader_error(tmp_path, monkeypatch):
+    import copy
+
     from autograder.intake import slicing
     monkeypatch.setattr(slicing, "MAX_NESTING", 10 ** 6)  # the guard off: the readers recurse past Python's limit
+    # a reader that recurses (the review's copy of a statement did, before it copied only what it rewrites)
+    monkeypatch.setattr(scan, "resolved", lambda node: copy.deepcopy(node))
     row, full = _grade_unsandboxed(tmp_path, _student(with_forward("x" + ".real" * 600)))
     assert row.status == "unreadable" and row.max_score == full > 0 and row.score == 0
     assert "nests too deep" in row.message and "internal grader error" not in row.message
