@@ -522,6 +522,24 @@ def test_the_planning_budget_is_the_planning_threads_processor_time():
     in_time(deadline)
 
 
+def test_reading_values_stops_at_the_deadline_and_the_costs_reuse_the_reviews_reading():
+    """The twenty-first red team: many defs of one name, each called many times, cost their product
+    in the review's reading of values, which never looked at the deadline, and every test's costs
+    (in the referee, with no budget) read them again. The reading checks the deadline per binding and
+    per call, and the costs reuse the reading the review made under the budget."""
+    import ast
+    import time
+    from autograder.intake.slicing import PlanningTimeout
+    code = "".join(f"def f(a, b):\n    return a + b + {i}\n" for i in range(50)) + \
+        "".join(f"_v{i} = f({i}, {i})\n" for i in range(50))
+    with pytest.raises(PlanningTimeout):
+        scan.Values([ast.parse(code)], [], deadline=time.thread_time() - 1)
+    sl = sliced([LN + code])
+    assert scan.review(sl) == []
+    made = sl._values_cache
+    assert scan.costs(sl, frozenset({"layer_norm"})) == [] and sl._values_cache is made
+
+
 def test_the_review_stops_at_the_planning_deadline_too():
     """The review of the slice runs in the planning thread under the same budget: past the deadline
     it stops (a notebook of many nested definitions kept it running 100 s after its row was

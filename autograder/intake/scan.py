@@ -242,6 +242,24 @@ def forbidden_names(check) -> frozenset:
     return ops | (NORM_CLASSES if ops else frozenset()) | names
 
 
+def _values_of(sl: GradedSlice, deadline: float | None = None):
+    """(the running statements' trees as the review reads them, :class:`Values` of them), made once
+    per slice: the review makes them in the planning thread, under its budget, and the costs of
+    every test (the referee's judge) read the same ones instead of rebuilding them (a notebook whose
+    values take long to read would take that long once per test, with no budget: the twenty-first
+    red team)."""
+    cached = getattr(sl, "_values_cache", None)
+    if cached is not None:
+        return cached
+    running = sl.running_code()
+    trees = {id(st): resolved(st.node) for st in running}
+    values = Values([trees[id(st)] for st in running],
+                    [s.node for s in sl.statements if s.runs and sl.cells[s.cell].kind == "locked"],
+                    deadline=deadline)
+    sl._values_cache = (trees, values)
+    return trees, values
+
+
 def costs(sl: GradedSlice, forbidden: frozenset) -> list[str]:
     """Where graded code names one of ``forbidden`` (attribute, imported name or plain name that the
     student does not define): ``[]`` when nowhere. Each hit says what and where."""
@@ -255,9 +273,7 @@ def costs(sl: GradedSlice, forbidden: frozenset) -> list[str]:
     graded = sl.graded_code()
     # names looked up by value: getattr(F, TABLE["k"]) costs as F.layer_norm does when "layer_norm"
     # is among the values the lookup's name may hold (the review's reading of the code, by value)
-    trees = {id(st): resolved(st.node) for st in sl.running_code()}
-    values = Values(list(trees.values()),
-                    [s.node for s in sl.statements if s.runs and sl.cells[s.cell].kind == "locked"])
+    trees, values = _values_of(sl)
     for st in graded:
         own_attrs = _own_attrs(st.node)
         for n in ast.walk(trees.get(id(st)) or resolved(st.node)):  # the trees the values were read from
@@ -353,9 +369,7 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
     paths = module_paths(sl)
     probe_reach = _probe_reach(sl)
     running = sl.running_code()
-    trees = {id(st): resolved(st.node) for st in running}
-    values = Values([trees[id(st)] for st in running],
-                    [s.node for s in sl.statements if s.runs and sl.cells[s.cell].kind == "locked"])
+    trees, values = _values_of(sl, deadline)
     if not values.converged:
         out.append(f"names bound through more aliases in a row than the review follows ({_PASSES}); "
                    "what they hold was not read")
@@ -807,7 +821,8 @@ class Values:
     like a module-level import does not take the import's value; a container holds what is put in
     it; a fixed number of passes over the code keeps it linear."""
 
-    def __init__(self, trees: list, locked_trees: list):
+    def __init__(self, trees: list, locked_trees: list, deadline: float | None = None):
+        self._deadline = deadline  # slicing.in_time's: checked once per binding and per call read
         self.names: dict[str, set] = {}
         self.attrs: dict[str, set] = {}  # attribute name -> values stored under it (any object, class bodies too)
         self.returns: dict[str, set] = {}  # "<def>f" -> what f returns
@@ -1019,6 +1034,7 @@ class Values:
     def _propagate(self) -> bool:
         changed = False
         for kind, key, expr in self._edges:
+            in_time(self._deadline)
             if kind in ("attr_const", "attr_returns"):
                 vals = {expr} if kind == "attr_const" else self.returns.get(expr, set())
                 changed |= bool(vals) and self._add(self.attrs, key, vals)
@@ -1032,6 +1048,7 @@ class Values:
         for call in self._calls:  # a student's function called with values: its parameters hold them
             for f in self.ev(call.func):
                 for params, receiver, keys in self.params.get(f, ()):
+                    in_time(self._deadline)  # many defs of one name, each called many times: a product
                     for skip in self._skips(call, params, receiver):
                         for p, a in zip(params[skip:], call.args):
                             if not isinstance(a, ast.Starred):
