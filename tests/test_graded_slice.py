@@ -754,6 +754,12 @@ ALIASES = [
     ("def _g():\n    yield __import__\n_t = next(_g())('sys').gettrace\n",
      "whether the code is being traced (the benchmark counts with a tracer)"),
     ("import pydoc\n_f = pydoc.locate('torch.nn.functional.' + 'layer_norm')\n", "imports pydoc"),
+    # round 21: a module another module holds under another name is that module, read by value
+    ("import collections\n_tracer = collections._sys.gettrace\n",
+     "whether the code is being traced (the benchmark counts with a tracer)"),
+    ("import collections\n_m = collections._sys.modules['coursekit.checks.ops']\n", "every imported module (sys.modules)"),
+    ("import argparse\n_t = argparse._sys.gettrace\n", "whether the code is being traced (the benchmark counts with a tracer)"),
+    ("import enum\n_i = enum.bltns.__import__('gc')\n", "__import__() (imports by a computed name)"),
 ]
 
 

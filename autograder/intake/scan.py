@@ -35,6 +35,9 @@ sandbox: the only two things a static reading decides.
 from __future__ import annotations
 
 import ast
+import builtins
+import sys
+import types
 
 from autograder.intake.slicing import GradedSlice, in_time, is_get_ipython, root_name
 
@@ -716,7 +719,26 @@ def _join(p: str, attr: str) -> str | None:
         return None
     if attr == "__call__":  # g.__call__ is g
         return p
-    return attr if attr in MODULE_ATTRS else f"{p}.{attr}"
+    if attr in MODULE_ATTRS:
+        return attr
+    return _by_value(p, attr) or f"{p}.{attr}"
+
+
+def _by_value(p: str, attr: str) -> str | None:
+    """What ``p.attr`` is, read from the module ``p`` as imported in this process (its ``__dict__``:
+    no code runs): another module under another name is that module (``collections._sys`` is
+    ``sys``, ``enum.bltns`` is ``builtins``: the twenty-first red team), a builtin function under
+    another name is that builtin. None when ``p`` is not an imported module or ``attr`` neither."""
+    mod = sys.modules.get(p)
+    if not isinstance(mod, types.ModuleType):
+        return None
+    v = vars(mod).get(attr)
+    if isinstance(v, types.ModuleType):
+        name = vars(v).get("__name__")
+        return name if isinstance(name, str) and name != p else None
+    if isinstance(v, types.BuiltinFunctionType) and getattr(builtins, getattr(v, "__name__", ""), None) is v:
+        return f"builtins.{v.__name__}"
+    return None
 
 
 def path_reason(p: str, own_only: bool = False) -> str | None:
