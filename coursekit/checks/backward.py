@@ -38,6 +38,7 @@ a ``torch.compile`` column), float32 ``1024 x 256`` on one CPU thread otherwise.
 from __future__ import annotations
 
 import collections
+import decimal
 import gc
 import hashlib
 import io
@@ -930,6 +931,13 @@ def _blob(o, covered: set | None = None):
         return (id(o), (int.bit_length(o) + 7) // 8)  # data packed into one big integer
     if issubclass(kind, str) and str.__len__(o) > BLOB_MIN_BYTES:  # data encoded as text (hex, base64, repr)
         return (id(o), len(str.encode(o, "utf-8", "surrogatepass")))
+    if issubclass(kind, range):  # data packed into a range's bounds (the twenty-first red team)
+        bits = max(int.bit_length(range.start.__get__(o)), int.bit_length(range.stop.__get__(o)),
+                   int.bit_length(range.step.__get__(o)))
+        return (id(o), (bits + 7) // 8) if bits > 8 * BLOB_MIN_BYTES else None
+    if issubclass(kind, decimal.Decimal):  # data packed into a Decimal's digits (the twenty-first red team)
+        digits = len(decimal.Decimal.as_tuple(o).digits)  # the base type's own method
+        return (id(o), (digits * 10 + 23) // 24) if digits > 2 * BLOB_MIN_BYTES else None
     if kind.__module__ == "numpy" and kind.__name__ == "ndarray" and o.dtype.hasobject:
         return None  # pointers to Python objects: the walks enter it (:func:`_held`) and count what it holds
     if kind.__module__ == "numpy" and kind.__name__ == "ndarray":
@@ -1325,6 +1333,10 @@ def _saved_once(cls, inputs, old_buffers) -> dict:
     saved = [t for ref in packed if (t := ref()) is not None]
     attrs, on_ctx = _ctx_walk(node)
     elsewhere = _new_blobs(made, on_ctx)
+    # what forward hung on the tensors it was given (the probe's own leaves, made with no attributes:
+    # weight.x_hat_bytes = ..., the twenty-first red team): an old object's new attributes
+    for key, nbytes in _new_blobs([v for t in leaves for v in _tensor_attrs(t)], on_ctx).items():
+        elsewhere.setdefault(key, nbytes)
     del made, prints
     kept = {}
     # copies outside torch (numpy, bytes, lists of numbers) count like tensors: bytes kept
