@@ -140,7 +140,8 @@ class ResidualFunction:
 class BlockParameters:
     """ResidualBlock registers its norm as `norm` (LayerNorm: weight and bias; RMSNorm: weight) and keeps the sublayer it is given as `sublayer` (that module, not a copy)"""
 
-    CHANGED_SEED, CHANGE = 14, -0.5  # after one call, the sublayer's parameters are scaled by CHANGE
+    #: before each of CHANGES calls after a first one, the sublayer's parameters are scaled by CHANGE
+    CHANGED_SEED, CHANGE, CHANGES = 14, -0.5, 4
 
     @staticmethod
     def probe(ns):
@@ -159,11 +160,14 @@ class BlockParameters:
             out["after_change"] = str(e)
             return out
         x = inputs(seed)
+        out["after_change"] = []
         with torch.no_grad():
             blk(x)
-            for q in blk.sublayer.parameters() if isinstance(getattr(blk, "sublayer", None), nn.Module) else ():
-                q.mul_(BlockParameters.CHANGE)
-        out["after_change"] = blk(x)
+        for _ in range(BlockParameters.CHANGES):  # a copy frozen on any of these calls shows
+            with torch.no_grad():
+                for q in blk.sublayer.parameters() if isinstance(getattr(blk, "sublayer", None), nn.Module) else ():
+                    q.mul_(BlockParameters.CHANGE)
+            out["after_change"].append(blk(x))
         return out
 
     @staticmethod
@@ -197,14 +201,20 @@ class BlockParameters:
         seed = BlockParameters.CHANGED_SEED
         x = inputs(seed)
         F_, ln = parts(seed)
+        got = out["after_change"]
+        if not (isinstance(got, list) and len(got) == BlockParameters.CHANGES):
+            raise CheckFailed("the probe's record of the block's calls is malformed")
         with torch.no_grad():
-            F_.apply(lambda m: [q.mul_(BlockParameters.CHANGE) for q in m.parameters(recurse=False)])
-            want = _pre(F_, ln, x)
-            stale = _pre(parts(seed)[0], ln, x)
-        expect_close(out["after_change"], want, what="a pre-norm ResidualBlock's output after the sublayer it was "
-                     "given was changed in place (its parameters scaled after a first call)", suspects={
-                         "the block keeps using a copy of the sublayer made before the change: compute the branch "
-                         "with self.sublayer, the module it was given, on every call": stale})
+            before = [_pre(parts(seed)[0], ln, x)]
+            for k, y in enumerate(got, start=1):
+                F_.apply(lambda m: [q.mul_(BlockParameters.CHANGE) for q in m.parameters(recurse=False)])
+                want = _pre(F_, ln, x)
+                expect_close(y, want, what=f"a pre-norm ResidualBlock's output after the sublayer it was given was "
+                             f"changed in place (its parameters scaled before call {k + 1})", suspects={
+                                 f"the block keeps using a copy of the sublayer as it was at call {j + 1}, before the "
+                                 "change: compute the branch with self.sublayer, the module it was given, on every "
+                                 "call": b for j, b in enumerate(before)})
+                before.append(want)
 
 
 def _pre(F_, norm, x, s=1.0):
