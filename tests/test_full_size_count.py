@@ -217,7 +217,7 @@ def test_a_sinkhorn_that_loops_over_a_large_batch_fails_the_counted_matrices():
     gid = "streams_benchmark"
     rec = scaling.measure(gid, ns, 5)
     assert any(e[k]["lines"] > scaling.LINE_CAP for e in rec for k in ("at_n0", "at_n1"))
-    with pytest.raises(CheckFailed, match="so the benchmark stopped counting it"):
+    with pytest.raises(CheckFailed, match="as the number of matrices in a batch of logits grows.*where the count stopped"):
         scaling.judge(rec, gid, "sinkhorn_knopp", LOOP_HINT[gid])
     largest = max(n1 for dim, _, n1, _, _ in scaling.GROWTH[gid] if dim == "matrices")
     from coursekit.contract import BENCH_SIZES
@@ -241,7 +241,7 @@ def test_a_count_stops_at_the_line_cap_and_fails(monkeypatch):
     assert 50_000 < ran[0] < 50_000 + 5000  # the warm-up call ran whole, the counted one stopped
     path = FIXTURES / "wrong" / "02_rmsnorm" / "per_row_loop.py"
     rec = scaling.measure("rmsnorm_benchmark", code_ns("02_rmsnorm", read_code_fixture(path)["code"], path.name), 5)
-    with pytest.raises(CheckFailed, match="more than 5,000 Python lines in the counted call with"):
+    with pytest.raises(CheckFailed, match="more than 5,000 (Python )?lines"):
         scaling.judge(rec, "rmsnorm_benchmark", "RMSNorm", LOOP_HINT["rmsnorm_benchmark"])
     full = {**rec[0]["at_n1"], "shape": [4, 8]}
     with pytest.raises(CheckFailed, match="stopped counting it"):

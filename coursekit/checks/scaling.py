@@ -551,6 +551,14 @@ def judge(rec, gid: str, what: str, hint: str) -> None:
             raise CheckFailed(malformed)
         for c, n in zip(counts, (n0, n1)):
             if c["lines"] > LINE_CAP:
+                a = counts[0]
+                if n == n1 and a["lines"] <= LINE_CAP:  # stopped on the grown input only: it grows
+                    raise CheckFailed(
+                        f"your {what} does more work per call as the number of {WHAT[dim]} grows: with {n0} {dim} "
+                        f"one call ran {a['lines']} Python lines and {a['ops']} torch ops, with {n1} {dim} more "
+                        f"than {LINE_CAP:,} lines, where the count stopped. Vectorized code runs the same lines and "
+                        f"ops whatever the size. {hint[:1].upper() + hint[1:]}. A Python loop pays the "
+                        "interpreter's overhead once per item.")
                 raise CheckFailed(capped(what, f"the counted call with {n} {dim}", hint))
             if c["lost"]:
                 raise CheckFailed(_lost(what, f"the counted call with {n} {dim}"))
