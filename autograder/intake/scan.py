@@ -924,20 +924,11 @@ class Values:
                 key = f"<def>{node.name}"
                 self._bind_name(node.name, None, const={key}, key=self._key(node, node.name))
                 a = node.args
-                params = [x.arg for x in a.posonlyargs + a.args]
-                local = lambda p: self._key(a, p)  # noqa: E731 -- a parameter's key in the function
                 decorators = {d.id if isinstance(d, ast.Name) else getattr(d, "attr", None) for d in node.decorator_list}
                 # the receiver its first parameter takes through obj.f(...): a method's self, a classmethod's cls
                 receiver = None if not in_class or "staticmethod" in decorators else \
                     "cls" if "classmethod" in decorators else "self"
-                self.params.setdefault(key, []).append((params, receiver, {p: local(p) for p in params}))
-                self.bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
-                self.otherwise |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
-                for p, d in zip(params[::-1], a.defaults[::-1]):
-                    self._edges.append(("name", local(p), d))
-                for x, d in zip(a.kwonlyargs, a.kw_defaults):
-                    if d is not None:
-                        self._edges.append(("name", local(x.arg), d))
+                self._parameters(key, a, receiver)
                 if in_class:  # a method is an attribute; a property's value is what it returns
                     props = any((d.id if isinstance(d, ast.Name) else getattr(d, "attr", None))
                                 in ("property", "cached_property") for d in node.decorator_list)
@@ -951,17 +942,7 @@ class Values:
                 # a lambda is a function: its parameters take its defaults and what calls pass it
                 # ((lambda n, i=__import__: i(n))("sys")), and it returns its body
                 key = _fn_key(node)
-                a = node.args
-                params = [x.arg for x in a.posonlyargs + a.args]
-                local = lambda p, a=a: self._key(a, p)  # noqa: E731
-                self.params.setdefault(key, []).append((params, None, {p: local(p) for p in params}))
-                self.bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
-                self.otherwise |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
-                for p, d in zip(params[::-1], a.defaults[::-1]):
-                    self._edges.append(("name", local(p), d))
-                for x, d in zip(a.kwonlyargs, a.kw_defaults):
-                    if d is not None:
-                        self._edges.append(("name", local(x.arg), d))
+                self._parameters(key, node.args, None)
                 self._edges.append(("return", key, node.body))
                 child_fn = None
             elif isinstance(node, ast.Return) and fn and node.value is not None:
@@ -1015,6 +996,20 @@ class Values:
                 self.otherwise.add(node.id)
             for c in ast.iter_child_nodes(node):
                 stack.append((c, child_fn, child_class))
+
+    def _parameters(self, key: str, a: ast.arguments, receiver) -> None:
+        """A def's or a lambda's parameters (``a``): what calls of ``key`` pass them (read in
+        :meth:`_propagate`), and their defaults, bound as their values."""
+        params = [x.arg for x in a.posonlyargs + a.args]
+        local = lambda p: self._key(a, p)  # noqa: E731 -- a parameter's key in the function
+        self.params.setdefault(key, []).append((params, receiver, {p: local(p) for p in params}))
+        self.bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
+        self.otherwise |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
+        for p, d in zip(params[::-1], a.defaults[::-1]):
+            self._edges.append(("name", local(p), d))
+        for x, d in zip(a.kwonlyargs, a.kw_defaults):
+            if d is not None:
+                self._edges.append(("name", local(x.arg), d))
 
     def _bind_name(self, name: str, expr, const=None, key: str | None = None) -> None:
         key = key or name

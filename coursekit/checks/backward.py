@@ -1024,7 +1024,7 @@ def _held(o) -> list:
     if _is(o, torch.Tensor):
         return _tensor_attrs(o)
     if _is(o, types.ModuleType) and not _imported(o):
-        return [v for r in gc.get_referents(o) if type(r) is dict for v in dict.values(r)]
+        return _tensor_attrs(o)  # a box's namespace: its __dict__'s values, as a tensor's attributes
     if _is(o, _OPAQUE):
         return []
     if type(o).__module__ == "numpy" and type(o).__name__ == "ndarray" and o.dtype.hasobject:
