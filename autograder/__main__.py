@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -94,6 +95,26 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+class _Beside(threading.Thread):
+    """``fn()`` in a thread of its own; :meth:`result` waits and raises what it raised."""
+
+    def __init__(self, fn):
+        super().__init__(daemon=True, name="beside")
+        self.fn, self.error = fn, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.fn()
+        except BaseException as e:  # noqa: BLE001 -- handed to the caller by result()
+            self.error = e
+
+    def result(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
 def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -101,10 +122,6 @@ def main(argv=None) -> int:
         ap.print_usage(sys.stderr)
         print("error: give a command: grade (python -m autograder grade --help)", file=sys.stderr)
         return 2
-    from autograder.report import results
-    from autograder.cluster import ClusterError, grade_on_cluster
-    from autograder.grade import grade_class
-    from autograder.intake.ingest import InputError
     from autograder.sandbox.bwrap import SandboxUnavailable, ensure_bwrap
 
     limits = Limits(wall_s=args.timeout, cell_s=args.cell_timeout, cpu_s=args.cpu, memory_mb=args.address_space,
@@ -118,8 +135,16 @@ def main(argv=None) -> int:
         print("warning: --no-sandbox: submissions run with your permissions (rlimits only)"
               + (" on every worker" if args.scheduler else ""), file=sys.stderr)
     elif not args.scheduler:  # on a cluster, each worker checks its own sandbox (autograder.cluster)
+        # The sandbox's check (bwrap starts the course's Python, which imports torch: seconds) runs
+        # beside this process's own imports, on another core; its answer is awaited below.
+        probe = _Beside(lambda: ensure_bwrap(limits=limits))
+    from autograder.report import results
+    from autograder.cluster import ClusterError, grade_on_cluster
+    from autograder.grade import grade_class
+    from autograder.intake.ingest import InputError
+    if not args.no_sandbox and not args.scheduler:
         try:
-            ensure_bwrap(limits=limits)
+            probe.result()
         except SandboxUnavailable as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -240,6 +265,10 @@ def main(argv=None) -> int:
     results.write_json(outcomes, out / "results.json")
     from autograder.report import feedback
     from autograder.nbgrader import gradebook
+    # The gradebook (nbgrader's database, filled by a subprocess of nbgrader) is written beside the
+    # feedback and the report (this process, matplotlib): each keeps a core busy for seconds.
+    gb_job = (_Beside(lambda: gradebook.write(fresh, gb_path, root=Path(args.course_root)))
+              if gb_path is not None and nbcourse is None else None)
     feedback.write_all(outcomes, out)
     if nbcourse is not None:
         try:
@@ -250,7 +279,9 @@ def main(argv=None) -> int:
             return 2
         for w in warned:
             print(f"warning: {w}", file=sys.stderr)
-    if gb_path is not None:
+    if gb_job is not None:
+        gb_job.result()
+    elif gb_path is not None:
         gradebook.write(fresh, gb_path, root=Path(args.course_root))
     print(f"graded {n} submission rows in {time.perf_counter() - t0:.1f} s: {out / 'grades.csv'}, "
           f"{out / 'report.html'}, {out / 'feedback'}/"

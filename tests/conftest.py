@@ -19,12 +19,17 @@ so no long file starts last.
 """
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
 from collections import Counter
 
 import pytest
 
 _T0 = time.monotonic()
+#: when ``make test`` began (its venv, system packages and book first), from the Makefile
+_MAKE_T0 = float(os.environ.get("MAKE_T0") or 0) or None
 _FILES: list[str] = []
 _STATE: dict = {"file": None, "start": 0.0, "counts": Counter()}
 
@@ -98,7 +103,31 @@ def pytest_xdist_make_scheduler(config, log):
     return ByFile(config, log)
 
 
-_CONTROLLER: dict = {"expected": None, "done": Counter(), "start": {}, "counts": {}}
+_CONTROLLER: dict = {"expected": None, "done": Counter(), "start": {}, "counts": {}, "running": {}}
+
+#: a test still running after this many seconds is named on stderr, and again every as many seconds
+#: (CI's log then says what a run that hit its time limit was doing)
+STILL_RUNNING_S = 600
+
+
+def _watch_running() -> None:
+    """On the xdist controller: every minute, name each test that has run for another
+    :data:`STILL_RUNNING_S` seconds (its worker sends nothing until it ends)."""
+    told: dict = {}
+    while True:
+        time.sleep(60)
+        now = time.monotonic()
+        for nodeid, t in list(_CONTROLLER["running"].items()):
+            n = int((now - t) // STILL_RUNNING_S)
+            if n and told.get(nodeid, 0) < n:
+                told[nodeid] = n
+                print(f"\n[still running] {nodeid}: {int(now - t) // 60} min so far ({_clock()})",
+                      file=sys.__stderr__, flush=True)
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        threading.Thread(target=_watch_running, daemon=True, name="still-running").start()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -111,6 +140,7 @@ def pytest_xdist_node_collection_finished(node, ids):
 def pytest_runtest_logstart(nodeid, location):
     # on the xdist controller: a worker starts this test (its file's fixtures are set up after this)
     _CONTROLLER["start"].setdefault(_file_of(nodeid), time.monotonic())
+    _CONTROLLER["running"][nodeid] = time.monotonic()
 
 
 def pytest_runtest_logreport(report):
@@ -127,6 +157,7 @@ def pytest_runtest_logreport(report):
     if counted:
         counts[report.outcome] += 1
     if report.when == "teardown":
+        c["running"].pop(report.nodeid, None)
         c["done"][path] += 1
         if c["expected"] is not None and c["done"][path] == c["expected"][path]:
             tr = report.node.config.pluginmanager.get_plugin("terminalreporter")
@@ -151,7 +182,17 @@ def pytest_runtest_protocol(item, nextitem):
 def _line(path: str, c: Counter, start: float) -> str:
     parts = ", ".join(f"{c[k]} {k}" for k in ("passed", "failed", "skipped") if c[k]) or "nothing run"
     now = time.monotonic()
-    total = int(now - _T0)
     k = _FILES.index(path) + 1 if path in _FILES else 0
-    return (f"[{k:>3}/{len(_FILES)}] {path}  {parts}  in {now - start:.1f} s  "
-            f"(total {total // 60}:{total % 60:02d})")
+    return f"[{k:>3}/{len(_FILES)}] {path}  {parts}  in {now - start:.1f} s  ({_clock()})"
+
+
+def _clock() -> str:
+    """``total M:SS`` of the tests so far, and since ``make test`` began when the Makefile says."""
+    total = int(time.monotonic() - _T0)
+    since = f"; make test {int(time.time() - _MAKE_T0) // 60} min" if _MAKE_T0 else ""
+    return f"total {total // 60}:{total % 60:02d}{since}"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not hasattr(config, "workerinput"):
+        terminalreporter.write_line(f"tests done ({_clock()})")

@@ -192,3 +192,16 @@ def test_report_lists_wrong_notebooks_and_counts_a_mistake_once_per_notebook(gra
     mistakes = graded["report"][graded["report"].index("Most common mistakes"):]
     counts = [int(c) for c in re.findall(r"<tr><td>(\d+)</td>", mistakes.split("</table>")[0])]
     assert counts and max(counts) <= 4, counts  # 4 notebooks graded: no message counted per test
+
+
+def test_without_bubblewrap_the_grader_says_so_and_writes_nothing(tmp_path):
+    """The sandbox's check runs beside the grader's own imports (autograder/__main__.py): its answer
+    still stops the run before anything is graded or written, with the message that says what to do."""
+    _put(tmp_path / "in" / "ann" / A / "layernorm.ipynb", solved_dict(A))
+    env = dict(venv_env(), PATH=str(tmp_path / "no-bin"), OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp_path / "in"), "--out",
+                           str(tmp_path / "out"), "--no-progress"], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "bubblewrap (bwrap) is not installed" in proc.stderr and "--no-sandbox" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -56,7 +56,12 @@ def test_stub_fails_saying_not_implemented(assignment, gid):
     assert msg is not None and "not implemented yet" in msg, msg
 
 
-@pytest.mark.parametrize("fx", _by_fixture(WRONG))
+#: exercise 05's wrong versions are held to *exactly* the tests they name, every check run on each, in
+#: tests/test_checks_backward.py (a superset of what this file's test asks of them)
+HELD_EXACTLY_ELSEWHERE = {"05_backward"}
+
+
+@pytest.mark.parametrize("fx", _by_fixture([f for f in WRONG if f.assignment not in HELD_EXACTLY_ELSEWHERE]))
 def test_wrong_version_fails_its_checks(fx):
     unknown = set(fx.loses) - set(CHECKS[fx.assignment])
     assert not unknown, f"{fx.path.name} names checks the notebook does not have: {sorted(unknown)}"

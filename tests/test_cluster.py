@@ -426,17 +426,15 @@ def _benchmark_ratios(out: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_the_same_class_gets_the_same_grades_quiet_busy_and_on_the_cluster(cluster, tmp_path):
-    """Issue 26: load never flips a point. The same class is graded on a quiet machine, with both
-    cores kept busy by other processes, and on the Dask cluster: every row is the same, the
-    benchmarks included (they are decided by counting work, coursekit.checks.scaling); the loops
-    lose their benchmark and the honest code keeps it. The measured ratios, which do move with the
-    load, are printed: they are information, not the verdict."""
+def test_the_same_class_gets_the_same_grades_busy_and_quiet_on_the_cluster(cluster, tmp_path):
+    """Issue 26: load never flips a point. The same class is graded here with both cores kept busy
+    by other processes, and on the Dask cluster with nothing else running: every row is the same,
+    the benchmarks included (they are decided by counting work, coursekit.checks.scaling); the
+    loops lose their benchmark and the honest code keeps it. The measured ratios, which do move
+    with the load, are printed: they are information, not the verdict. (A local run's rows equal a
+    cluster's on a quiet machine too: test_cluster_grades_equal_a_local_run_despite_killed_workers.)"""
     src = _speed_class(tmp_path / "class")
     runs = {}
-    quiet = _grade(src, tmp_path / "quiet", "--jobs", "2")
-    assert quiet.returncode == 0, quiet.stderr[-3000:]
-    runs["quiet"] = _rows(tmp_path / "quiet")
     hogs = _busy(2)
     try:
         busy = _grade(src, tmp_path / "busy", "--jobs", "2")
@@ -449,10 +447,10 @@ def test_the_same_class_gets_the_same_grades_quiet_busy_and_on_the_cluster(clust
     remote = _grade(src, tmp_path / "cluster", "--scheduler", cluster["address"])
     assert remote.returncode == 0, remote.stderr[-3000:]
     runs["cluster"] = _rows(tmp_path / "cluster")
-    for name in ("quiet", "busy", "cluster"):
+    for name in ("busy", "cluster"):
         print(name, {s: r for s, r in sorted(_benchmark_ratios(tmp_path / name).items())})
-    assert runs["busy"] == runs["quiet"] and runs["cluster"] == runs["quiet"]
-    rows = runs["quiet"]
+    assert runs["cluster"] == runs["busy"]
+    rows = runs["cluster"]
     for student, assignment, fixture in SPEED_CLASS:
         r = rows[(student, assignment)]
         full = float(r["score"]) == float(r["max_score"]) > 0
