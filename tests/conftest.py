@@ -3,7 +3,10 @@ runs them two at a time (pytest-xdist, ``-n 2``).
 
 After the last test of each file (its module fixtures torn down too)::
 
-    [ 12/50] tests/test_x.py  34 passed, 1 skipped  in 61.2 s  (total 14:05)
+    [ 12/50] tests/test_x.py  34 passed, 1 skipped  in 61.2 s, cpu 88 s  (total 14:05; make test 25 min)
+
+(cpu: the file's CPU seconds, its subprocesses that ended included; make test: since make began,
+the venv and the book included, which is what CI's time limit counts.)
 
 With ``-q`` the dots stay; the lines come between them. Under xdist the line is printed by the
 controller when the last report of the file comes in, and its time runs from the start of its
@@ -31,7 +34,7 @@ _T0 = time.monotonic()
 #: when ``make test`` began (its venv, system packages and book first), from the Makefile
 _MAKE_T0 = float(os.environ.get("MAKE_T0") or 0) or None
 _FILES: list[str] = []
-_STATE: dict = {"file": None, "start": 0.0, "counts": Counter()}
+_STATE: dict = {"file": None, "start": 0.0, "counts": Counter(), "cpu": 0.0}
 
 #: files that make unix accounts, run a class server or write the machine's shared exchange: run
 #: one after another by one worker (two ``useradd`` at once can fail on /etc/passwd's lock)
@@ -103,7 +106,7 @@ def pytest_xdist_make_scheduler(config, log):
     return ByFile(config, log)
 
 
-_CONTROLLER: dict = {"expected": None, "done": Counter(), "start": {}, "counts": {}, "running": {}}
+_CONTROLLER: dict = {"expected": None, "done": Counter(), "start": {}, "counts": {}, "running": {}, "cpu": {}}
 
 #: a test still running after this many seconds is named on stderr, and again every as many seconds
 #: (CI's log then says what a run that hit its time limit was doing)
@@ -147,43 +150,68 @@ def pytest_runtest_logreport(report):
     # one outcome per test: its call, or the setup that failed or skipped it, or a failed teardown
     counted = report.when == "call" or (report.when == "setup" and report.outcome != "passed") or (
         report.when == "teardown" and report.outcome == "failed")
+    cpu = dict(report.user_properties).get("cpu_s", 0.0) if report.when == "teardown" else 0.0
     if not hasattr(report, "node"):  # not the xdist controller: pytest_runtest_protocol prints
         if counted:
             _STATE["counts"][report.outcome] += 1
+        _STATE["cpu"] += cpu
         return
     path = _file_of(report.nodeid)
     c = _CONTROLLER
     counts = c["counts"].setdefault(path, Counter())
     if counted:
         counts[report.outcome] += 1
+    c["cpu"][path] = c["cpu"].get(path, 0.0) + cpu
     if report.when == "teardown":
         c["running"].pop(report.nodeid, None)
         c["done"][path] += 1
         if c["expected"] is not None and c["done"][path] == c["expected"][path]:
             tr = report.node.config.pluginmanager.get_plugin("terminalreporter")
             if tr is not None:
-                _print_line(tr, _line(path, counts, c["start"].get(path, _T0)))
+                _print_line(tr, _line(path, counts, c["start"].get(path, _T0), c["cpu"].get(path, 0.0)))
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that ended and were waited for (a notebook
+    graded in a sandbox, a kernel, a server stopped by the test)."""
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each test's CPU seconds (see :func:`_cpu`, from the start of its setup: module fixtures made
+    for it count) ride on its teardown report to the controller."""
+    outcome = yield
+    if call.when == "teardown" and _CPU0 in item.stash:
+        outcome.get_result().user_properties.append(("cpu_s", _cpu() - item.stash[_CPU0]))
+
+
+_CPU0 = pytest.StashKey[float]()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    item.stash[_CPU0] = _cpu()
     path = _file(item)
     if _STATE["file"] != path:
-        _STATE.update(file=path, start=time.monotonic(), counts=Counter())
+        _STATE.update(file=path, start=time.monotonic(), counts=Counter(), cpu=0.0)
     yield
     if nextitem is None or _file(nextitem) != path:
         if hasattr(item.config, "workerinput"):  # an xdist worker: the controller prints
             return
         tr = item.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
-            _print_line(tr, _line(path, _STATE["counts"], _STATE["start"]))
+            _print_line(tr, _line(path, _STATE["counts"], _STATE["start"], _STATE["cpu"]))
 
 
-def _line(path: str, c: Counter, start: float) -> str:
+def _line(path: str, c: Counter, start: float, cpu: float) -> str:
+    """The file's progress line: its outcomes, its wall time and CPU time (:func:`_cpu`), the clock."""
     parts = ", ".join(f"{c[k]} {k}" for k in ("passed", "failed", "skipped") if c[k]) or "nothing run"
     now = time.monotonic()
     k = _FILES.index(path) + 1 if path in _FILES else 0
-    return f"[{k:>3}/{len(_FILES)}] {path}  {parts}  in {now - start:.1f} s  ({_clock()})"
+    return f"[{k:>3}/{len(_FILES)}] {path}  {parts}  in {now - start:.1f} s, cpu {cpu:.0f} s  ({_clock()})"
 
 
 def _clock() -> str:

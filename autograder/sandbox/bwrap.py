@@ -487,7 +487,14 @@ def ensure_bwrap(course_dir: Path = ROOT / "course", limits: Limits | None = Non
     if shutil.which("bwrap") is None:
         why = "bubblewrap (bwrap) is not installed: run `make system` (Debian package bubblewrap)"
     else:
-        probe = ["python", "-c", "import coursekit.checks, torch, IPython; print('ok')"]
+        # The sandbox's Python finds and reads the course's packages, as the sandbox's user: their
+        # imports are the zygote's work (autograder/inside/zygote.py), which would pay torch's import
+        # (seconds of CPU) a second time here; a zygote that cannot start fails its rows, saying why.
+        probe = ["python", "-c", "import importlib.util as u\n"
+                 "for m in ('coursekit', 'torch', 'IPython'):\n"
+                 "    spec = u.find_spec(m)\n"
+                 "    open(spec.origin, 'rb').close()\n"
+                 "print('ok')"]
         res = run_sandboxed(probe, limits=replace(limits or Limits(), wall_s=120), course_dir=course_dir)
         if res.returncode != 0 or res.output.strip().splitlines()[-1:] != ["ok"]:
             who = "" if os.geteuid() != 0 else f" as the unprivileged uid {SANDBOX_UIDS[0]}"
