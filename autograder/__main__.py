@@ -137,7 +137,9 @@ def main(argv=None) -> int:
     elif not args.scheduler:  # on a cluster, each worker checks its own sandbox (autograder.cluster)
         # The sandbox's check (bwrap starts the course's Python, which imports torch: seconds) runs
         # beside this process's own imports, on another core; its answer is awaited below.
-        probe = _Beside(lambda: ensure_bwrap(limits=limits))
+        # (imports=False: the course's imports are the first zygote's, which grade_class starts
+        # before grading; its SandboxUnavailable stops the run below as the probe's would)
+        probe = _Beside(lambda: ensure_bwrap(limits=limits, imports=False))
     from autograder.report import results
     from autograder.cluster import ClusterError, grade_on_cluster
     from autograder.grade import grade_class
@@ -232,7 +234,7 @@ def main(argv=None) -> int:
                                    sandbox=not args.no_sandbox, progress=not args.no_progress,
                                    root=Path(args.course_root), assignments=args.assignment,
                                    before_grading=lambda es: (same_class({e.student_id for e in es}), announce()))
-    except InputError as e:
+    except (InputError, SandboxUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except ClusterError as e:

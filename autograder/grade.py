@@ -274,15 +274,22 @@ def grade_class(src: Path, out_dir: Path, *, jobs: int | None = None, limits: Li
             before_grading(entries)
         from coursekit.checks import load_all
         load_all()
+        # the slots' sandboxes get the GPU when the served benchmarks run on it (outside.served_device)
+        slots = (SlotPool(limits, course.root / "course", size=jobs, gpu=served_device() == "cuda")
+                 if sandbox and zygote else None)
         outcomes = []
         bar = None
         if progress and sys.stderr.isatty():  # a bar redrawn into a log file floods it
             from tqdm import tqdm
             bar = tqdm(total=len(entries), desc="grading", unit="nb", file=sys.stderr)
-        # the slots' sandboxes get the GPU when the served benchmarks run on it (outside.served_device)
-        slots = (SlotPool(limits, course.root / "course", size=jobs, gpu=served_device() == "cuda")
-                 if sandbox and zygote else None)
         with ThreadPoolExecutor(max_workers=jobs) as pool, (slots or contextlib.nullcontext()):
+            if slots is not None and entries:
+                # The first slot starts before any submission is graded: a sandbox that cannot start
+                # the course's Python (its imports, the memory limit, seccomp) stops the run here,
+                # SandboxUnavailable saying why, instead of failing every row (the caller's probe,
+                # ensure_bwrap(imports=False), left the imports to this zygote)
+                with slots.slot():
+                    pass
             futs = {pool.submit(grade_one, e, course, limits, scratch, sandbox, slots): e for e in entries}
             for fut in as_completed(futs):
                 e = futs[fut]

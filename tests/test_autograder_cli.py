@@ -205,3 +205,16 @@ def test_without_bubblewrap_the_grader_says_so_and_writes_nothing(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "bubblewrap (bwrap) is not installed" in proc.stderr and "--no-sandbox" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_sandbox_that_cannot_import_torch_stops_the_run_and_writes_nothing(tmp_path):
+    """The probe before grading only finds the course's packages (their imports are the first
+    zygote's); a zygote that cannot import torch (here: an address space too small for its
+    libraries) still stops the whole run, saying why, before any row is made or written."""
+    _put(tmp_path / "in" / "ann" / A / "layernorm.ipynb", solved_dict(A))
+    _put(tmp_path / "in" / "bob" / A / "layernorm.ipynb", solved_dict(A))
+    proc = _grade(str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--no-progress", "--address-space", "300")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "the grading sandbox's interpreter did not start" in proc.stderr, proc.stderr[-2000:]
+    assert "--no-sandbox" in proc.stderr
+    assert not (tmp_path / "out").exists()

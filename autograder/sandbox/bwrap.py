@@ -317,6 +317,9 @@ def _preexec(limits: Limits, nproc_base: int, uid: int | None, stage: list[tuple
     if uid is not None:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
+        # looked up here, in the parent: the child of a fork makes no symbol lookup (another thread
+        # of the parent may hold the dynamic loader's lock, importing an extension, as it forks)
+        unshare, mount = libc.unshare, libc.mount
         CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 4096, 16384, 1 << 18
 
     def apply():
@@ -326,10 +329,10 @@ def _preexec(limits: Limits, nproc_base: int, uid: int | None, stage: list[tuple
             os.write(fd, b"0")
             os.close(fd)
         if uid is not None:  # the grader is root: stage the sources, then run bwrap as ``uid``
-            if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            if unshare(CLONE_NEWNS) != 0 or mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
                 raise OSError(ctypes.get_errno(), "cannot take a private mount namespace")
             for src, point in stage:
-                if libc.mount(src.encode(), point.encode(), None, MS_BIND | MS_REC, None) != 0:
+                if mount(src.encode(), point.encode(), None, MS_BIND | MS_REC, None) != 0:
                     raise OSError(ctypes.get_errno(), f"cannot stage {src}")
             os.setgroups([])
             os.setgid(uid)
@@ -471,30 +474,32 @@ def run_sandboxed(cmd: list[str], *, limits: Limits, sandbox: bool = True, cours
 _checked: dict = {}
 
 
-def ensure_bwrap(course_dir: Path = ROOT / "course", limits: Limits | None = None) -> None:
+def ensure_bwrap(course_dir: Path = ROOT / "course", limits: Limits | None = None, imports: bool = True) -> None:
     """Raise :class:`SandboxUnavailable` unless bwrap can build the sandbox on this machine, as the
     user it will run as, with the course's Python importable inside, in a cgroup of its own unless
-    ``limits`` says ``cgroups=False`` (:class:`autograder.sandbox.cgroups.CgroupUnavailable` says why not)."""
+    ``limits`` says ``cgroups=False`` (:class:`autograder.sandbox.cgroups.CgroupUnavailable` says why not).
+
+    ``imports=False``: the sandbox's Python only finds and reads the course's packages; their imports
+    (torch's: seconds of CPU) are left to the caller's first zygote, whose failure to start must then
+    stop the run as this would (``autograder.grade.grade_class`` starts one before grading)."""
     from dataclasses import replace
     if shutil.which("bwrap") is not None and (limits is None or limits.cgroups):
         from autograder.sandbox import cgroups
         cgroups.ensure(limits or Limits())  # raises CgroupUnavailable, which says why and what to do
-    if "ok" in _checked:
-        if not _checked["ok"]:
-            raise SandboxUnavailable(_checked["why"])
+    if imports in _checked or True in _checked:
+        ok, why = _checked.get(imports) or _checked[True]
+        if not ok:
+            raise SandboxUnavailable(why)
         return
     why = None
     if shutil.which("bwrap") is None:
         why = "bubblewrap (bwrap) is not installed: run `make system` (Debian package bubblewrap)"
     else:
-        # The sandbox's Python finds and reads the course's packages, as the sandbox's user: their
-        # imports are the zygote's work (autograder/inside/zygote.py), which would pay torch's import
-        # (seconds of CPU) a second time here; a zygote that cannot start fails its rows, saying why.
-        probe = ["python", "-c", "import importlib.util as u\n"
-                 "for m in ('coursekit', 'torch', 'IPython'):\n"
-                 "    spec = u.find_spec(m)\n"
-                 "    open(spec.origin, 'rb').close()\n"
-                 "print('ok')"]
+        probe = ["python", "-c", "import coursekit.checks, torch, IPython; print('ok')"] if imports else [
+            "python", "-c", "import importlib.util as u\n"
+            "for m in ('coursekit', 'torch', 'IPython'):\n"
+            "    open(u.find_spec(m).origin, 'rb').close()\n"
+            "print('ok')"]
         res = run_sandboxed(probe, limits=replace(limits or Limits(), wall_s=120), course_dir=course_dir)
         if res.returncode != 0 or res.output.strip().splitlines()[-1:] != ["ok"]:
             who = "" if os.geteuid() != 0 else f" as the unprivileged uid {SANDBOX_UIDS[0]}"
@@ -502,7 +507,7 @@ def ensure_bwrap(course_dir: Path = ROOT / "course", limits: Limits | None = Non
                    f"{res.output.strip()[-800:]}\n(Every folder on the way to the virtual environment "
                    "and the course must be readable by that user, and unprivileged user namespaces "
                    "must be allowed.)")
-    _checked.update(ok=why is None, why=why)
+    _checked[imports] = (why is None, why)
     if why:
         raise SandboxUnavailable(
             why + "\nThe grader never runs submissions unsandboxed on its own; if you trust them, "

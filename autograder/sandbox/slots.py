@@ -138,7 +138,11 @@ class Slot:
         msg = self._recv(START_S)
         if not (isinstance(msg, dict) and msg.get("ready") is True):
             raise SandboxUnavailable("the grading sandbox's interpreter did not start: "
-                                     + self.tail.text()[-1500:])
+                                     + self.tail.text()[-1500:]
+                                     + "\n(Every folder on the way to the virtual environment and the course must be "
+                                       "readable by the sandbox's user, and the limits must leave room for torch's "
+                                       "import.) The grader never runs submissions unsandboxed on its own; if you "
+                                       "trust them, pass --no-sandbox.")
 
     # -- the socket to the zygote ------------------------------------------------------------------
 
