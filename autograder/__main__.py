@@ -271,16 +271,21 @@ def main(argv=None) -> int:
     # feedback and the report (this process, matplotlib): each keeps a core busy for seconds.
     gb_job = (_Beside(lambda: gradebook.write(fresh, gb_path, root=Path(args.course_root)))
               if gb_path is not None and nbcourse is None else None)
-    feedback.write_all(outcomes, out)
-    if nbcourse is not None:
-        try:
-            warned = nbgrader_course.write(fresh, nbcourse, root=Path(args.course_root),
-                                           submissions=Path(args.submissions))
-        except (nbgrader_course.CourseError, RuntimeError) as e:
-            print(f"error: the grades are in {out}, but writing them into the course failed: {e}", file=sys.stderr)
-            return 2
-        for w in warned:
-            print(f"warning: {w}", file=sys.stderr)
+    try:
+        feedback.write_all(outcomes, out)
+        if nbcourse is not None:
+            try:
+                warned = nbgrader_course.write(fresh, nbcourse, root=Path(args.course_root),
+                                               submissions=Path(args.submissions))
+            except (nbgrader_course.CourseError, RuntimeError) as e:
+                print(f"error: the grades are in {out}, but writing them into the course failed: {e}",
+                      file=sys.stderr)
+                return 2
+            for w in warned:
+                print(f"warning: {w}", file=sys.stderr)
+    finally:  # the gradebook is never left half written by an error here
+        if gb_job is not None:
+            gb_job.join()
     if gb_job is not None:
         gb_job.result()
     elif gb_path is not None:

@@ -162,8 +162,9 @@ def pytest_runtest_logreport(report):
     if counted:
         counts[report.outcome] += 1
     c["cpu"][path] = c["cpu"].get(path, 0.0) + cpu
-    if report.when == "teardown":
+    if report.when not in ("setup", "call"):  # its teardown, or xdist's report of a crashed worker
         c["running"].pop(report.nodeid, None)
+    if report.when == "teardown":
         c["done"][path] += 1
         if c["expected"] is not None and c["done"][path] == c["expected"][path]:
             tr = report.node.config.pluginmanager.get_plugin("terminalreporter")
