@@ -52,13 +52,14 @@ import weakref
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from coursekit import bench
 from coursekit.contract import BENCH_DTYPE, BENCH_SIZES, LAYERNORM_EPS, RMSNORM_EPS
 from coursekit.checks import CheckFailed, frozen, register, scaling
 from coursekit.checks.benchmark import TYPICAL, LOOP_HINT, SHAPES, WORKLOAD, _plot_in_notebook, _reference
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
-from coursekit.checks.ops import NORM_OPS, OpRecorder, TorchDispatchMode
+from coursekit.checks.ops import NORM_OPS, OpRecorder
 from coursekit.checks.remote import remotable
 from coursekit.checks.ops import _short as _short_op
 from coursekit.checks.seeded import randn

@@ -18,58 +18,12 @@ kernels raise inside the grading sandbox.
 """
 from __future__ import annotations
 
-import functools
 import re
-import sys
 import warnings
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode as _TorchDispatchMode
-
-
-class _DynamoOffOnceLoaded:
-    """A dispatch mode's ``__torch_dispatch__`` as torch wraps it (``torch._disable_dynamo``: dynamo
-    never compiles into it), without importing ``torch._dynamo`` on a process's first dispatched op.
-
-    torch's wrapper asks the function for ``__dynamo_disable`` on every call and, when it has none,
-    imports ``torch._dynamo`` to make it: 3 to 4 s of CPU (sympy among it) in every kernel that runs
-    a check, before its first op. Until ``torch._dynamo`` is imported nothing can compile, so the
-    function itself is the answer; from then on it is dynamo's disabled version, made once. A mode
-    used where dynamo is already loaded (the grader's sandbox preloads it) runs exactly as torch's."""
-
-    def __init__(self, fn):
-        functools.update_wrapper(self, fn)
-        self._fn, self._off = fn, None
-
-    def __call__(self, *args, **kwargs):
-        return self._fn(*args, **kwargs)
-
-    def __getattr__(self, name):
-        if name != "__dynamo_disable":
-            raise AttributeError(name)
-        if "torch._dynamo" not in sys.modules:
-            return self._fn
-        if self._off is None:
-            import torch._dynamo
-            self._off = torch._dynamo.disable(self._fn, recursive=True, wrapping=False)
-        return self._off
-
-
-class TorchDispatchMode(_TorchDispatchMode):
-    """torch's ``TorchDispatchMode`` for the course's observers (this module's, the op counter's, the
-    autograd spy's): the same, but its ``__torch_dispatch__`` is wrapped by
-    :class:`_DynamoOffOnceLoaded` instead of importing ``torch._dynamo`` on its first op."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:  # torch's __init_subclass__ then leaves the method alone
-        return False
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        raw = cls.__dict__.get("__torch_dispatch__")
-        if raw is not None and not isinstance(raw, classmethod):
-            cls.__torch_dispatch__ = torch._disable_dynamo(_DynamoOffOnceLoaded(raw), recursive=True)
+from torch.utils._python_dispatch import TorchDispatchMode
 
 #: the built-in normalizations a student must not call in the norm exercises (short names: no
 #: namespace, no overload). Every one of these computes a normalization layer, or its statistics,

@@ -55,11 +55,11 @@ import types
 from typing import NamedTuple
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode
 
 from coursekit.checks import CheckFailed
 from coursekit.checks import threads as _threads
-from coursekit.checks.ops import TorchDispatchMode
 
 # taken when this module is imported, before any student code runs in the grader's sandbox: a
 # notebook that rebinds sys.settrace afterwards does not change what counts the lines
