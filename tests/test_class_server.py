@@ -235,6 +235,7 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
     from class_server.server import as_user
@@ -250,7 +251,9 @@ def _class(d, info, class_dir: Path, teach: str, alice: str, bob: str, start: fl
 
     def wait(cond, what: str, limit: float = 240):
         try:
-            return WebDriverWait(d, min(limit, left())).until(cond)
+            # a page that redraws (the formgrader's table) makes an element found a moment ago stale:
+            # look again, as a person would, instead of failing the wait
+            return WebDriverWait(d, min(limit, left()), ignored_exceptions=(StaleElementReferenceException,)).until(cond)
         except Exception:
             shot(f"FAILED-{what}")
             raise AssertionError(f"timed out: {what}; page text:\n{d.find_element(By.TAG_NAME, 'body').text[-2000:]}")
