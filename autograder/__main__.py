@@ -135,10 +135,10 @@ def main(argv=None) -> int:
         print("warning: --no-sandbox: submissions run with your permissions (rlimits only)"
               + (" on every worker" if args.scheduler else ""), file=sys.stderr)
     elif not args.scheduler:  # on a cluster, each worker checks its own sandbox (autograder.cluster)
-        # The sandbox's check (bwrap starts the course's Python, which imports torch: seconds) runs
-        # beside this process's own imports, on another core; its answer is awaited below.
-        # (imports=False: the course's imports are the first zygote's, which grade_class starts
-        # before grading; its SandboxUnavailable stops the run below as the probe's would)
+        # The sandbox's check (bwrap starts the course's Python, which finds and reads its packages)
+        # runs beside this process's own imports; its answer is awaited below. imports=False: the
+        # course's imports are the first zygote's, which grade_class starts before grading; its
+        # SandboxUnavailable stops the run below as the probe's would.
         probe = _Beside(lambda: ensure_bwrap(limits=limits, imports=False))
     from autograder.report import results
     from autograder.cluster import ClusterError, grade_on_cluster
