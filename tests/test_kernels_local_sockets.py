@@ -61,19 +61,26 @@ def test_the_launcher_passes_jupyter_books_exit_status_on(args):
 
 def test_nbgrader_kernels_use_local_sockets_from_the_course_config(tmp_path):
     """`nbgrader validate` starts a kernel with the course's nbgrader_config.py: no TCP warning,
-    and the private socket folder is gone when the command ends."""
-    import tempfile
-    from pathlib import Path
+    and the private socket folder is gone when the command ends.
 
+    The command gets a temporary folder of its own (TMPDIR), so folders other tests' nbgrader
+    commands make in the shared /tmp at the same time (xdist) are not counted as left behind."""
     course = tmp_path / "course"
     course.mkdir()
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
     (course / "nbgrader_config.py").write_text((ROOT / "nbgrader_config.py").read_text())
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 6 * 7")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, course / "scratch.ipynb")
-    before = set(Path(tempfile.gettempdir()).glob("nbgrader-kernels-*"))
-    proc = nbgrader("validate", "scratch.ipynb", cwd=course)
+    env = {**venv_env(), "TMPDIR": str(private_tmp)}
+    where = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
+                           capture_output=True, text=True, env=env, check=True)
+    assert where.stdout.strip() == str(private_tmp)  # the config's mkdtemp would make its folder here
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", "scratch.ipynb"], cwd=course,
+                          capture_output=True, text=True, timeout=300, env=env)
     out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
     assert "Success! Your notebook passes all the tests." in out, out
     assert WARNING not in out, out
-    assert set(Path(tempfile.gettempdir()).glob("nbgrader-kernels-*")) <= before
+    assert list(private_tmp.glob("nbgrader-kernels-*")) == []
