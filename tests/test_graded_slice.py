@@ -760,6 +760,36 @@ ALIASES = [
     ("import collections\n_m = collections._sys.modules['coursekit.checks.ops']\n", "every imported module (sys.modules)"),
     ("import argparse\n_t = argparse._sys.gettrace\n", "whether the code is being traced (the benchmark counts with a tracer)"),
     ("import enum\n_i = enum.bltns.__import__('gc')\n", "__import__() (imports by a computed name)"),
+    # round 21's list of routes not read yet, each read by value now
+    ("import random\n_os = random._os\n", "the module os reached through another object"),
+    ("import logging\n_w = logging.weakref\n", "the module weakref reached through another object"),
+    ("import cgitb\n_loc = cgitb.pydoc.locate\n", "the module pydoc reached through another object"),
+    ("from curses import _sys as q\n_m = q.modules\n", "imports the module sys from curses (as _sys)"),
+    ("import collections\ntry:\n    collections._sys.nope\nexcept AttributeError as e:\n    _s = e.obj\n",
+     "the module sys reached through another object"),
+    ("import collections\n_s = next(iter(lambda: collections._sys, None))\n",
+     "the module sys reached through another object"),
+    ("_g = next(iter(lambda: getattr, None))\n_x = _g(run, '__glob' + 'als__')\n",
+     "getattr() with a computed name on another object"),
+    ("def _d(f):\n    return getattr\n@_d\ndef _g(): pass\n_x = _g(run, '__glob' + 'als__')\n",
+     "a function's module namespace (through the alias _g)"),
+    ("@lambda f: vars\nclass _K: pass\n_x = _K(run)\n", "vars() of another object (through the alias _K)"),
+    ("def _f(a: \"__import__('sys').modules\"): pass\n", "__import__() (imports by a computed name)"),
+    ("import typing\ndef _f(a: \"typing.List['__import__(\\\"gc\\\")']\"): pass\n",
+     "__import__() (imports by a computed name)"),
+    ("import typing, collections\ndef _f(a: 'c._sys'): pass\n_m = typing.get_type_hints(_f, {'c': collections})\n",
+     "string annotations evaluated as code"),
+    ("import timeit\ntimeit.timeit('import gc; gc.collect()', number=1)\n", "a string run as code (timeit.timeit)"),
+    ("from timeit import Timer as T\n_t = T('x = 1', setup='im' + 'port gc')\n", "a string run as code (timeit.Timer)"),
+    ("import logging.config\n_m = logging.config.BaseConfigurator({}).resolve('sys.modules')\n",
+     "objects and modules looked up by dotted names in a string (logging.config)"),
+    ("import string\n_o = string.Formatter().get_field('0.__globals__', (run,), {})[0]\n",
+     "by the names in a format string (string.Formatter)"),
+    ("from unittest import mock\nmock.patch('coursekit.checks.ops._ACTIVE', set()).start()\n",
+     "objects replaced by their dotted names (unittest.mock)"),
+    ("import doctest\ndef _f():\n    \"\"\">>> import gc\"\"\"\ndoctest.run_docstring_examples(_f, {})\n",
+     "docstrings run as code (doctest)"),
+    ("import cProfile\ncProfile.run('import gc')\n", "a string run as code (cProfile)"),
 ]
 
 
@@ -825,6 +855,13 @@ PUBLIC_IDIOMS = [
     "import random\nimport numpy as np\nrandom.seed(0)\nnp.random.seed(0)\ntorch.manual_seed(0)\n",
     "T = torch\n_x = T.ones(3)\nACTS = {'gelu': F.gelu, 'relu': F.relu}\n_y = ACTS['gelu'](_x)\n",
     "import functools, operator\n_n = functools.reduce(operator.mul, (2, 3), 1)\n_p = functools.partial(F.gelu, approximate='tanh')\n",
+    # string annotations, timing with a callable, decorators of the standard library and torch
+    "from typing import Optional\ndef _f(a: 'torch.Tensor', b: Optional['nn.Module'] = None) -> 'torch.Tensor':\n"
+    "    return a\n_z: 'int' = 3\n",
+    "import timeit\n_t = timeit.timeit(lambda: F.gelu(torch.ones(3)), number=3)\n_r = timeit.Timer(lambda: 1).repeat(2, 3)\n",
+    "import functools\n@functools.lru_cache(None)\ndef _f(n):\n    return n\n@torch.no_grad()\ndef _g(x):\n    return x\n"
+    "class _A:\n    @staticmethod\n    def s():\n        return 1\n    @property\n    def p(self):\n        return 2\n",
+    "import random, logging\n_r = random.Random(0).random()\n_log = logging.getLogger('course')\n",
 ]
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import sys
 import types
 
@@ -101,6 +102,48 @@ REVIEW_ATTRS = {
     "formatException": "an exception's traceback as text", "formatStack": "the call stack as text",
     "_current_frames": "the interpreter's frames",
 }
+#: library functions and classes that turn strings into objects or run them as code, by their
+#: dotted path (a path under one counts too): what they reach is named by a string the review does
+#: not read as code
+REVIEW_PATHS = {
+    "logging.config": "objects and modules looked up by dotted names in a string (logging.config)",
+    "string.Formatter": "attributes and items looked up by the names in a format string (string.Formatter)",
+    "unittest.mock": "objects replaced by their dotted names (unittest.mock)",
+    "typing.ForwardRef": "a string evaluated as code (typing.ForwardRef)",
+    "typing._eval_type": "a string evaluated as code (typing._eval_type)",
+    "typing.evaluate_forward_ref": "a string evaluated as code (typing.evaluate_forward_ref)",
+    "doctest": "docstrings run as code (doctest)",
+    "cProfile": "a string run as code (cProfile)", "profile": "a string run as code (profile)",
+    "site": "path configuration files run as code (site)",
+    "timeit.main": "a string run as code (timeit)",
+    "typing.get_type_hints": "string annotations evaluated as code, in namespaces it may be given (typing.get_type_hints)",
+}
+#: callables that run their ``stmt`` and ``setup`` arguments as code when they are strings
+STRING_RUNNERS = {"timeit.timeit": ("stmt", "setup"), "timeit.repeat": ("stmt", "setup"),
+                  "timeit.Timer": ("stmt", "setup")}
+
+
+def _imported_reason(module: str, name: str) -> str | None:
+    """Why ``from module import name`` reaches around, by the value imported: a module of the
+    review list under another name (``from collections import _sys``), or a path of
+    :data:`REVIEW_PATHS`."""
+    v = _by_value(module, name)
+    if v in REFLECTIVE_MODULES:
+        return f"imports the module {v} from {module} (as {name})"
+    why = review_path(f"{module}.{name}")
+    return f"imports {name} from {module}: {why}" if why else None
+
+
+def review_path(p: str) -> str | None:
+    """The reason :data:`REVIEW_PATHS` gives for a dotted path (or one under it), or None."""
+    parts = p.split(".")
+    for i in range(len(parts), 0, -1):
+        why = REVIEW_PATHS.get(".".join(parts[:i]))
+        if why:
+            return why
+    return None
+
+
 #: attributes of torch that only count under torch (``torch.ops``, ``torch.library``)
 TORCH_ONLY_ATTRS = frozenset({"library", "overrides", "_modules", "multiprocessing"})
 #: parts of a dotted path under torch that reach its internals, however the path is spelled
@@ -184,15 +227,84 @@ class _ConstantLookups(ast.NodeTransformer):
         return node
 
 
-def resolved(node):
-    """A copy of ``node`` with constant ``getattr`` lookups read as attributes (line numbers kept);
-    ``node`` itself when it calls no ``getattr`` (nothing to rewrite, and its callers only read it:
-    a deep copy of a 100,000-number table was a third of its planning)."""
-    import copy
-    if not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr"
-               for n in ast.walk(node)):
+class _StringAnnotations(ast.NodeTransformer):
+    """A string annotation read as the expression it holds: ``typing.get_type_hints``,
+    ``functools.singledispatch``'s ``register`` and ``inspect.get_annotations(eval_str=True)`` run it
+    as code (``def f(a: "__import__('sys').modules")``), so the review reads it as code. A string
+    that is not an expression stays a string (evaluating it would raise)."""
+
+    def _code(self, ann, depth: int = 0):
+        """``ann`` with every string in it read as code, strings within those too (to a depth)."""
+        if ann is None or depth > 8:
+            return ann
+        if isinstance(ann, ast.Constant):
+            if not isinstance(ann.value, str):
+                return ann
+            code = _parsed(ann)
+            return ann if code is ann else self._code(code, depth + 1)
+        for field, value in ast.iter_fields(ann):
+            if isinstance(value, ast.AST):
+                setattr(ann, field, self._code(value, depth))
+            elif isinstance(value, list):
+                setattr(ann, field, [self._code(v, depth) if isinstance(v, ast.AST) else v for v in value])
+        return ann
+
+    def visit_arg(self, node):
+        node.annotation = self._code(node.annotation)
         return node
-    return _ConstantLookups().visit(copy.deepcopy(node))
+
+    def visit_FunctionDef(self, node):
+        self.generic_visit(node)
+        node.returns = self._code(node.returns)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_AnnAssign(self, node):
+        self.generic_visit(node)
+        node.annotation = self._code(node.annotation)
+        return node
+
+
+def _parsed(const: ast.Constant):
+    """The expression a string constant holds, at the constant's place, or the constant."""
+    try:
+        expr = ast.parse(const.value.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return const
+    for n in ast.walk(expr):
+        ast.copy_location(n, const)
+        if hasattr(n, "end_lineno"):
+            n.end_lineno, n.end_col_offset = const.end_lineno, const.end_col_offset
+    return expr
+
+
+def _string_annotation(node) -> bool:
+    anns = [x.annotation for x in ([node] if isinstance(node, ast.arg) else [])]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        anns.append(node.returns)
+    elif isinstance(node, ast.AnnAssign):
+        anns.append(node.annotation)
+    return any(isinstance(m, ast.Constant) and isinstance(m.value, str) for a in anns if a is not None
+               for m in ast.walk(a))
+
+
+def resolved(node):
+    """A copy of ``node`` with constant ``getattr`` lookups read as attributes and string annotations
+    read as the code they hold (line numbers kept); ``node`` itself when it has neither (nothing to
+    rewrite, and its callers only read it: a deep copy of a 100,000-number table was a third of its
+    planning)."""
+    import copy
+    lookups = annotations = False
+    for n in ast.walk(node):
+        lookups = lookups or isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr"
+        annotations = annotations or _string_annotation(n)
+    if not (lookups or annotations):
+        return node
+    node = copy.deepcopy(node)
+    if annotations:
+        node = _StringAnnotations().visit(node)
+    return _ConstantLookups().visit(node) if lookups else node
 
 
 def module_paths(sl: GradedSlice) -> dict:
@@ -392,6 +504,8 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                         flag(st, n, f"imports {a.name}")
                     elif a.name.split(".")[0] == "torch" and torch_internal(a.name.split(".")[1:]):
                         flag(st, n, f"imports {a.name}")
+                    elif review_path(a.name):
+                        flag(st, n, f"imports {a.name}: {review_path(a.name)}")
             elif isinstance(n, ast.ImportFrom):
                 mod = (n.module or "").split(".")
                 names = {a.name for a in n.names}
@@ -405,6 +519,9 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                     flag(st, n, f"{MODE_ASK}, imported from {n.module}")
                 elif mod[0] == "torch" and (torch_internal(mod[1:] + sorted(names)) or "DisableTorchFunction" in names):
                     flag(st, n, f"imports torch internals from {n.module}")
+                elif n.module and not n.level and (why := next((
+                        w for a in sorted(names) if a != "*" for w in [_imported_reason(n.module, a)] if w), None)):
+                    flag(st, n, why)
             elif isinstance(n, ast.Attribute):
                 base_is_self = isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")
                 if n.attr in MODULE_ATTRS and not base_is_self:
@@ -731,7 +848,7 @@ def _by_value(p: str, attr: str) -> str | None:
     another name is that builtin. None when ``p`` is not an imported module or ``attr`` neither."""
     mod = sys.modules.get(p)
     if not isinstance(mod, types.ModuleType):
-        return None
+        return _module_imports(p).get(attr)
     v = vars(mod).get(attr)
     if isinstance(v, types.ModuleType):
         name = vars(v).get("__name__")
@@ -739,6 +856,45 @@ def _by_value(p: str, attr: str) -> str | None:
     if isinstance(v, types.BuiltinFunctionType) and getattr(builtins, getattr(v, "__name__", ""), None) is v:
         return f"builtins.{v.__name__}"
     return None
+
+
+@functools.lru_cache(maxsize=512)
+def _module_imports(p: str) -> dict:
+    """The modules a module this process has not imported binds at its top level, read from its
+    source without running it: ``{"_sys": "sys"}`` for ``curses`` (``import sys as _sys``),
+    ``{"pdb": "pdb"}`` for ``doctest``. Only a top-level module or a submodule whose parent is
+    imported is looked up (finding a submodule would import its parent); ``{}`` when there is no
+    readable source."""
+    import importlib.util
+    if not p.replace(".", "").replace("_", "").isalnum() or p.count(".") > 3:
+        return {}
+    parent = p.rpartition(".")[0]
+    if parent and not isinstance(sys.modules.get(parent), types.ModuleType):
+        return {}
+    try:
+        spec = importlib.util.find_spec(p)
+        origin = spec.origin if spec else None
+        if not origin or not origin.endswith(".py"):
+            return {}
+        with open(origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (ImportError, ValueError, OSError, SyntaxError, RecursionError, MemoryError, UnicodeDecodeError):
+        return {}
+    out = {}
+    stack = list(tree.body)
+    while stack:  # the module's body, and what its top-level if/try blocks run
+        n = stack.pop()
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            for a in n.names:
+                if a.name != "*" and n.module.split(".")[0] in REFLECTIVE_MODULES:
+                    out[a.asname or a.name] = f"{n.module}.{a.name}"
+        elif isinstance(n, (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try))):
+            stack += n.body + n.orelse + getattr(n, "finalbody", []) + [
+                x for h in getattr(n, "handlers", []) for x in h.body]
+    return out
 
 
 def path_reason(p: str, own_only: bool = False) -> str | None:
@@ -923,6 +1079,7 @@ class Values:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 key = f"<def>{node.name}"
                 self._bind_name(node.name, None, const={key}, key=self._key(node, node.name))
+                self._decorated(node)
                 a = node.args
                 decorators = {d.id if isinstance(d, ast.Name) else getattr(d, "attr", None) for d in node.decorator_list}
                 # the receiver its first parameter takes through obj.f(...): a method's self, a classmethod's cls
@@ -936,6 +1093,7 @@ class Values:
                 child_fn = key
             elif isinstance(node, ast.ClassDef):
                 self._bind_name(node.name, None, const={f"<def>{node.name}"}, key=self._key(node, node.name))
+                self._decorated(node)
                 self.classes.add(f"<def>{node.name}")
                 child_class = True
             elif isinstance(node, ast.Lambda):
@@ -996,6 +1154,20 @@ class Values:
                 self.otherwise.add(node.id)
             for c in ast.iter_child_nodes(node):
                 stack.append((c, child_fn, child_class))
+
+    def _decorated(self, node) -> None:
+        """``@d def f`` binds ``f`` to ``d(f)``: the name holds what the decorators return as well
+        (``@lambda f: getattr`` makes ``f`` the builtin getattr). The call is built from the
+        decorator's own node, and read in the scope the decorator is read in."""
+        value = None
+        for d in reversed(node.decorator_list):
+            arg = value or ast.Constant(value=None)
+            value = ast.copy_location(ast.Call(func=d, args=[arg], keywords=[]), d)
+            self._scope[id(value)] = self._scope.get(id(d))
+            self._scope[id(arg)] = self._scope.get(id(d))
+            self._calls.append(value)
+        if value is not None:
+            self._edges.append(("name", self._key(node, node.name), value))
 
     def _parameters(self, key: str, a: ast.arguments, receiver) -> None:
         """A def's or a lambda's parameters (``a``): what calls of ``key`` pass them (read in
@@ -1189,6 +1361,8 @@ class Values:
                 out |= {f"{p}.__dict__" for p in ev(args[0]) if _is_path(p)} if args else {"<globals>"}
             elif c in ("builtins.globals", "builtins.locals"):
                 out.add("<globals>")
+            elif c == "builtins.iter" and len(args) == 2:  # iter(callable, sentinel) yields the calls' results
+                out |= {r for f in ev(args[0]) if f.startswith("<def>") for r in self.returns.get(f, set())}
             elif c in ("functools.partial", "builtins.next", "builtins.iter", "builtins.list", "builtins.tuple",
                        "builtins.dict", "builtins.set", "builtins.reversed", "builtins.sorted") and args:
                 out |= ev(args[0])
@@ -1336,6 +1510,17 @@ def _review_values(values: Values, st, tree, done: set, flag, hand_written: bool
             why = next((r for v in sorted(ev(n)) if (r := path_reason(v, own_only=True))), None)
         elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
             why = next((r for v in sorted(ev(n)) if (r := path_reason(v, own_only=True))), None)
+            if why is None and n.attr not in MODULE_ATTRS:
+                # another module's name for a module of the review list (random._os, logging.weakref,
+                # doctest.pdb): the module it is, reached through another object
+                base = {v for v in ev(n.value) if _is_path(v)}
+                mod = next((v for p in sorted(base) if (v := _join(p, n.attr)) in REFLECTIVE_MODULES), None)
+                if mod:
+                    why = f"the module {mod} reached through another object"
+            if why is None:
+                base = [v for v in ev(n.value) if _is_path(v)]
+                why = next((r for p in sorted(base) if (j := _join(p, n.attr)) and (r := review_path(j))
+                            and not review_path(p)), None)
         elif isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) \
                 and root_name(n.value) not in modules | {"self", "cls"} and not values.seeding_write(n) \
                 and any(_is_path(v) and not v.startswith("builtins.") for v in ev(n.value)):
@@ -1416,6 +1601,15 @@ def _value_call_reason(values: Values, n: ast.Call, hand_written: bool, modules,
             return "autograd switched back on inside a hand-written backward" + values.alias(n)
         if hand_written and c not in NOT_AUTOGRAD and any(c == r or c.startswith(r + ".") for r in AUTOGRAD_ROUTES):
             return f"autograd run inside a hand-written backward ({c})" + values.alias(n)
+    for c in sorted(ev(fn)):  # timeit.timeit("code"): a string statement runs as code
+        names = STRING_RUNNERS.get(c)
+        if names is None:
+            continue
+        given = list(n.args[:len(names)]) + [k.value for k in n.keywords if k.arg in names]
+        if any(isinstance(a, (ast.Constant, ast.JoinedStr, ast.BinOp)) and not (
+                isinstance(a, ast.Constant) and a.value in ("pass", "")) or any(
+                _is_str(v) or v == _ASSEMBLED for v in ev(a)) for a in given):
+            return f"a string run as code ({c})" + values.alias(n)
     for a in list(n.args) + [k.value for k in n.keywords]:  # a reflective builtin handed to a call
         for v in sorted(ev(a)):
             if v.startswith("builtins.") and v[9:] in REFLECTIVE_BUILTINS:
