@@ -13,7 +13,7 @@ import textwrap
 import nbformat
 import pytest
 
-from course.release import ROOT, nbgrader, venv_env
+from course.release import ROOT, venv_env
 
 WARNING = "without encryption"
 
