@@ -790,6 +790,16 @@ ALIASES = [
     ("import doctest\ndef _f():\n    \"\"\">>> import gc\"\"\"\ndoctest.run_docstring_examples(_f, {})\n",
      "docstrings run as code (doctest)"),
     ("import cProfile\ncProfile.run('import gc')\n", "a string run as code (cProfile)"),
+    # round 22: the Python a line magic runs is read as that Python; IPython's output cache is no route
+    ("%time import sys as _s; _gt = _s.gettrace\n", "whether the code is being traced"),
+    ("_gt = %time torch.sys.gettrace\n", "the module sys reached through another object"),
+    ("%time from torch.fx.experimental.proxy_tensor import make_fx\n", "imports torch internals"),
+    ("%timeit -n 1 -r 1 import gc\n", "imports gc"),
+    ("%prun -s cumulative -q import gc\n", "imports gc"),
+    ("%config InlineBackend.figure_format = __import__('gc')\n", "the magic %config with code on its right side"),
+    ("%load_ext coursekit\n", "imports coursekit (%load_ext)"),
+    ("_g = _.gettrace\n", "IPython's output cache or input history"),
+    ("_o = Out[3]\n", "IPython's output cache or input history"),
 ]
 
 
@@ -862,6 +872,11 @@ PUBLIC_IDIOMS = [
     "import functools\n@functools.lru_cache(None)\ndef _f(n):\n    return n\n@torch.no_grad()\ndef _g(x):\n    return x\n"
     "class _A:\n    @staticmethod\n    def s():\n        return 1\n    @property\n    def p(self):\n        return 2\n",
     "import random, logging\n_r = random.Random(0).random()\n_log = logging.getLogger('course')\n",
+    # line magics that time or configure, and a throwaway name
+    "%time _w = torch.ones(3)\n%timeit -n 1 -r 1 F.gelu(torch.ones(3))\n",
+    "%config InlineBackend.figure_format = 'svg'\n%load_ext autoreload\n%autoreload 2\n%matplotlib inline\n",
+    "for _ in range(2):\n    pass\n_t = _\n",
+    "from types import SimpleNamespace\nDEFAULTS = SimpleNamespace(eps=1e-6)\n",
 ]
 
 

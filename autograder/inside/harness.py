@@ -218,7 +218,9 @@ def main(reply_fd: int, ctrl_fd: int = 0):
     del _observers_module
 
     from IPython.core.interactiveshell import InteractiveShell
-    shell = InteractiveShell.instance(colors="NoColor")
+    # no output cache: ``_``, ``__``, ``Out[n]`` would hold what a cell showed, a value no code
+    # binds (the twenty-second red team's route from a shown ``sys`` to ``_.gettrace``)
+    shell = InteractiveShell.instance(colors="NoColor", cache_size=0)
     shell.user_ns["__name__"] = "__main__"
     shell.enable_gui = lambda gui=None: None  # %matplotlib inline: plots go nowhere (MPLBACKEND=Agg)
     # the modules the notebook's %%writefile cells write into its working folder (``helper.py``)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import re
 import sys
 import types
 
@@ -64,6 +65,9 @@ REVIEW_MODULES = frozenset({
 })
 #: modules of the review list that only show things (a figure, Markdown): importing them is fine
 HARMLESS_MODULES = frozenset({"IPython.display"})
+#: names of modules on the review list that hold plain data, not a way around the names:
+#: ``from types import SimpleNamespace`` for a config object (the twenty-second red team's fairness case)
+HARMLESS_NAMES = {"types": frozenset({"SimpleNamespace"})}
 #: what the released setup cell imports from the course's runtime (not the machinery)
 PUBLIC_RUNTIME = frozenset({"run", "smoke", "CheckFailed"})
 #: attributes that reach around the names in the code, or into torch's internals
@@ -208,6 +212,11 @@ IPYTHON_MAGIC_CALLS = frozenset({"run_line_magic", "run_cell_magic", "system", "
 HARMLESS_MAGICS = frozenset({"time", "timeit", "matplotlib", "capture", "precision", "pprint", "who", "whos",
                              "autoreload", "load_ext", "config", "xmode", "prun", "memit", "page", "pdef",
                              "pdoc", "psource", "pinfo", "pinfo2"})
+#: the names IPython's shell binds to earlier outputs and inputs (``_``, ``__``, ``_7``, ``Out``, ``_i3``...):
+#: a value that reaches graded code through them is bound by no code (the twenty-second red team showed
+#: ``sys`` as a cell's last line and read ``_.gettrace`` in a later cell). The grader's shell keeps no
+#: output cache (autograder/inside/harness.py), and graded code reading one is flagged.
+SHELL_CACHE = re.compile(r"^(_{1,3}|_\d+|_i{1,3}|_i\d+|Out|In|_oh|_ih|_dh)$")
 #: exercise 05: switching autograd back on inside the hand-written backward
 GRAD_SWITCHES = frozenset({"enable_grad", "set_grad_enabled", "inference_mode"})
 HAND_WRITTEN = frozenset({"rmsnorm_backward", "layernorm_backward", "FusedAddRMSNorm"})
@@ -273,8 +282,8 @@ def _parsed(const: ast.Constant):
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return const
     for n in ast.walk(expr):
-        ast.copy_location(n, const)
-        if hasattr(n, "end_lineno"):
+        if "lineno" in n._attributes:  # not Load/Store: one object shared by every tree
+            ast.copy_location(n, const)
             n.end_lineno, n.end_col_offset = const.end_lineno, const.end_col_offset
     return expr
 
@@ -513,7 +522,8 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                         and all((a.asname or a.name) in values.seeding_only for a in n.names):
                     continue
                 if mod[0] in REVIEW_MODULES and n.module not in HARMLESS_MODULES \
-                        and not (n.module == "coursekit" and names <= PUBLIC_RUNTIME):
+                        and not (n.module == "coursekit" and names <= PUBLIC_RUNTIME) \
+                        and not names <= HARMLESS_NAMES.get(n.module, frozenset()):
                     flag(st, n, f"imports from {n.module}")
                 elif mod[0] == "torch" and any(mode_ask(a) for a in names):
                     flag(st, n, f"{MODE_ASK}, imported from {n.module}")
@@ -552,6 +562,10 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                 _review_call(sl, st, n, modules, methods_self, flag, values)
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in ("__builtins__",):
                 flag(st, n, "the builtins namespace")
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and SHELL_CACHE.match(n.id) \
+                    and n.id not in values.bound:
+                flag(st, n, "IPython's output cache or input history, which the grader's shell does not keep "
+                            "(a value no code of the notebook binds)")
         _review_module_state(sl, st, modules, flag, probe_reach, values, deadline)
         if st in hand_written:
             for n in ast.walk(tree):
@@ -677,6 +691,10 @@ def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag, values=None) 
             flag(st, n, f"the magic %{name}" if isinstance(name, str) else "a magic with a computed name")
         elif not all(isinstance(a, ast.Constant) for a in n.args):
             flag(st, n, "a magic with a computed argument")
+        elif name == "config" and _config_runs_code(n.args[1].value if len(n.args) > 1 else ""):
+            flag(st, n, "the magic %config with code on its right side (it runs it)")
+        elif name == "load_ext" and (why := _load_ext_reason(n.args[1].value if len(n.args) > 1 else "")):
+            flag(st, n, why)
         else:  # the Python inside %time/%timeit: flag what it reaches too
             from autograder.intake.slicing import parse
             for a in n.args[1:]:
@@ -687,6 +705,31 @@ def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag, values=None) 
                 for m in ast.walk(inner):
                     if isinstance(m, ast.Call) and isinstance(m.func, ast.Name) and m.func.id in REVIEW_BUILTINS:
                         flag(st, n, f"{m.func.id}() inside a magic")
+
+
+def _config_runs_code(line: str) -> bool:
+    """Whether ``%config LINE`` runs more than setting a constant (it runs ``cfg.LINE`` as code)."""
+    left, eq, right = line.partition("=")
+    if not eq:
+        return not (left.strip() == "" or left.strip().replace(".", "").replace("_", "").isalnum())
+    if not left.strip().replace(".", "").replace("_", "").isalnum():
+        return True
+    try:
+        ast.literal_eval(right.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return True
+    return False
+
+
+def _load_ext_reason(line: str) -> str | None:
+    """Why ``%load_ext MODULE`` reaches around: it imports the module, as ``import MODULE`` would."""
+    mod = line.strip()
+    parts = mod.split(".")
+    if not mod or not all(p.isidentifier() for p in parts):
+        return "the magic %load_ext with a module name it cannot read"
+    if parts[0] in REVIEW_MODULES or parts[0] == "torch" and torch_internal(parts[1:]) or review_path(mod):
+        return f"imports {mod} (%load_ext)"
+    return None
 
 
 def _probe_reach(sl: GradedSlice) -> set[str]:

@@ -55,6 +55,11 @@ CONTRACT_NAMES = ("LayerNorm", "RMSNorm", "apply_residual_connection", "Residual
                   "sinkhorn_knopp", "MHCResidual", "depth_attention")
 #: cell magics whose body is Python that runs in the notebook's namespace: sliced like a cell
 INLINE_CELL_MAGICS = frozenset({"time", "capture"})
+#: line magics whose argument is Python that runs in the notebook's namespace, after their options
+#: (the letters of the options that take a value): read like the code they run (``%time import sys``
+#: is ``import sys``; ``x = %time f()`` is ``x = f()``: the twenty-second red team ran the review's
+#: flagged lines unread inside ``%time``)
+INLINE_LINE_MAGICS = {"time": "", "timeit": "nrp", "prun": "DTls", "memit": "rti"}
 #: cell magics that write their body into a file (``%%file`` is IPython's other name for it)
 WRITEFILE_MAGICS = frozenset({"writefile", "file"})
 #: ``%%writefile [-a] NAME.py``: the module a cell writes, when it writes one in the working folder
@@ -190,6 +195,73 @@ def written_module(line: str) -> str | None:
     """The module ``%%writefile LINE`` writes (``helper`` for ``helper.py``, ``-a helper.py``), or None."""
     m = WRITTEN_MODULE.match(line)
     return m.group(1) if m else None
+
+
+def line_magic(node):
+    """(name, line) of ``get_ipython().run_line_magic(name, line)`` with constant arguments, else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run_line_magic" \
+            and is_get_ipython(node.func.value) and len(node.args) == 2 and not node.keywords \
+            and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args):
+        return node.args[0].value, node.args[1].value
+    return None
+
+
+def line_magic_code(name: str, line: str) -> str | None:
+    """The Python a code-running line magic runs (its line less its options), or None for another magic."""
+    takes = INLINE_LINE_MAGICS.get(name)
+    if takes is None:
+        return None
+    rest = line.strip()
+    while rest.startswith("-") and not rest.startswith("--"):
+        head, _, rest = rest.partition(" ")
+        letters = head[1:]
+        for i, c in enumerate(letters):
+            if c in takes:
+                if i == len(letters) - 1:  # its value is the next word
+                    _, _, rest = rest.lstrip().partition(" ")
+                break
+        rest = rest.lstrip()
+    return rest
+
+
+def _inlined_line_magic(stmt, depth: int) -> list | None:
+    """The statements a line magic that runs Python stands for (see :data:`INLINE_LINE_MAGICS`),
+    each marked with the magic's statement (``_inline_of``); None when ``stmt`` is not one, or its
+    code is not Python (the magic is then read as a call)."""
+    target = None
+    if isinstance(stmt, ast.Expr):
+        magic = line_magic(stmt.value)
+    elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and stmt.value is not None:
+        magic, target = line_magic(stmt.value), stmt
+    else:
+        return None
+    code = line_magic_code(*magic) if magic else None
+    if code is None:
+        return None
+    try:
+        if depth >= MAX_INLINE_MAGICS:
+            raise SyntaxError("magics nested too deep")
+        if target is None:
+            inner = _statements(read_cell(code), depth + 1)
+        else:
+            expr = read_cell(code).body
+            if len(expr) != 1 or not isinstance(expr[0], ast.Expr):
+                return None
+            import copy
+            new = copy.copy(target)
+            new.value = expr[0].value
+            ast.copy_location(new, target)
+            for n in ast.walk(new.value):  # the magic's line, in the cell's numbering (not Load/Store:
+                if "lineno" in n._attributes:  # those are shared by every tree)
+                    n.lineno, n.end_lineno = target.lineno, target.end_lineno
+            inner = [new]
+    except Exception:  # noqa: BLE001 -- not Python: read as the magic's call
+        return None
+    for s in inner:
+        if target is None:
+            ast.increment_lineno(s, stmt.lineno - 1)
+        setattr(s, "_inline_of", stmt)  # the line the cell shows (a magic's code nested in it too)
+    return inner
 
 
 def is_get_ipython(node) -> bool:
@@ -480,6 +552,10 @@ def _statements(tree: ast.Module, depth: int = 0) -> list[ast.stmt]:
     marked with the module it writes (``_written_by``: (the magic, the module))."""
     out = []
     for stmt in tree.body:
+        inlined = _inlined_line_magic(stmt, depth)
+        if inlined is not None:
+            out += inlined
+            continue
         magic = cell_magic(stmt, with_line=True)
         if magic and magic[0] in INLINE_CELL_MAGICS:
             try:
