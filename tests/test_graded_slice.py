@@ -800,6 +800,19 @@ ALIASES = [
     ("%load_ext coursekit\n", "imports coursekit (%load_ext)"),
     ("_g = _.gettrace\n", "IPython's output cache or input history"),
     ("_o = Out[3]\n", "IPython's output cache or input history"),
+    # exercise 05's saved-bytes probe measures the Python heap with tracemalloc
+    ("import tracemalloc\n_on = tracemalloc.is_tracing()\n", "imports tracemalloc"),
+    # round 23: a magic's code as IPython's own parser splits it; the shell's other attributes; strings
+    # that hold code, whatever evaluates them; libraries that keep data in their own C allocations
+    ("%time -len([_g:=__import__('sys').gettrace])\n", "__import__() (imports by a computed name)"),
+    ("_g = get_ipython().find_line_magic('time')\n", "the IPython shell's find_line_magic"),
+    ("_ip = get_ipython()\n_m = _ip.magics_manager\n", "the IPython shell's magics_manager (it reaches the notebook's machinery) (through the alias _ip)"),
+    ("_x = [get_ipython()]\n", "the IPython shell kept in a container"),
+    ("from sympy.parsing.sympy_parser import parse_expr\n_g = parse_expr(\"__import__('sys').gettrace\", transformations=())\n",
+     "a string holding code that reaches around the course (__import__()"),
+    ("_code = 'import gc; gc.collect()'\n", "a string holding code that reaches around the course (imports gc)"),
+    ("import sqlite3\n_db = sqlite3.connect(':memory:')\n", "imports sqlite3"),
+    ("import ssl\n_b = ssl.MemoryBIO()\n", "imports ssl"),
 ]
 
 
@@ -877,6 +890,9 @@ PUBLIC_IDIOMS = [
     "%config InlineBackend.figure_format = 'svg'\n%load_ext autoreload\n%autoreload 2\n%matplotlib inline\n",
     "for _ in range(2):\n    pass\n_t = _\n",
     "from types import SimpleNamespace\nDEFAULTS = SimpleNamespace(eps=1e-6)\n",
+    # strings that read as code but reach nothing, and a bare string statement
+    "_msg = 'x.mean() should be close to 0'\n_f = '{:.3f}'.format(1.0)\n_see = 'torch.nn.LayerNorm(d)'\n",
+    '"""Notes: sys.modules is not used here."""\n',
 ]
 
 

@@ -60,7 +60,10 @@ REVIEW_MODULES = frozenset({
     "cloudpickle", "marshal", "shelve", "builtins", "__builtin__", "types", "code", "codeop", "runpy",
     "pkgutil", "zipimport", "linecache", "dis", "traceback", "weakref", "copyreg", "_warnings", "bdb", "pdb",
     "trace", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters", "_interpchannels", "_interpqueues",
-    "interpreters", "pydoc",  # pydoc.locate: any object by a dotted name (a red team's round 20)
+    "interpreters", "tracemalloc", "_tracemalloc", "pydoc",  # pydoc.locate: any object by a dotted name (a red team's round 20)
+    # libraries that keep data in their own C allocations, where neither exercise 05's walk nor its
+    # Python-heap measure looks (the twenty-third red team kept x_hat in sqlite and in an ssl.MemoryBIO)
+    "sqlite3", "_sqlite3", "ssl", "_ssl", "dbm", "_dbm", "_gdbm", "readline",
     "coursekit", "course", "autograder", "book", "tools", "IPython", "ipykernel", "jupyter_client",
 })
 #: modules of the review list that only show things (a figure, Markdown): importing them is fine
@@ -502,6 +505,8 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
         tree = trees[id(st)]
         methods_self = _self_methods(tree, deadline)
         inner: set[int] = set()  # attributes inside one already flagged (torch._C inside torch._C._nn)
+        docstrings = {id(m.value) for m in ast.walk(tree) if isinstance(m, ast.Expr)
+                      and isinstance(m.value, ast.Constant)}  # a bare string statement is passed nowhere
         for n in ast.walk(tree):
             if id(n) in inner:
                 continue
@@ -546,6 +551,11 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                 why = REVIEW_ATTRS.get(n.attr)
                 if why is None and n.attr in IPYTHON_RUNNERS and is_get_ipython(n.value):
                     why = "IPython running code from a string or changing how cells are read"
+                elif why is None and is_get_ipython(n.value) and n.attr not in IPYTHON_MAGIC_CALLS:
+                    # the shell holds the magics (find_line_magic('time')("code") runs a string: the
+                    # twenty-third red team), the namespaces and the kernel: only the two calls IPython
+                    # writes for %magic and %%magic are read (by the magic's name, below)
+                    why = f"the IPython shell's {n.attr} (it reaches the notebook's machinery)"
                 if why is None:
                     continue
                 base = n.value
@@ -562,6 +572,10 @@ def review(sl: GradedSlice, deadline: float | None = None) -> list[str]:
                 _review_call(sl, st, n, modules, methods_self, flag, values)
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in ("__builtins__",):
                 flag(st, n, "the builtins namespace")
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings \
+                    and (why := code_in_string(n.value)):
+                flag(st, n, f"a string holding code that reaches around the course ({why}): whatever "
+                            "evaluates it (a library, a magic) runs that code")
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and SHELL_CACHE.match(n.id) \
                     and n.id not in values.bound:
                 flag(st, n, "IPython's output cache or input history, which the grader's shell does not keep "
@@ -705,6 +719,46 @@ def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag, values=None) 
                 for m in ast.walk(inner):
                     if isinstance(m, ast.Call) and isinstance(m.func, ast.Name) and m.func.id in REVIEW_BUILTINS:
                         flag(st, n, f"{m.func.id}() inside a magic")
+
+
+def code_in_string(text: str) -> str | None:
+    """Why a string's text, read as Python, would reach around the course (the reason its code would
+    get), or None: a string is code to whatever evaluates it (``sympy.parse_expr``, a magic found on
+    the shell, an evaluator no list names), so what the review flags in code it flags in a string
+    that holds it. Only a string that parses as Python and holds a call, an attribute or an import
+    is read."""
+    if not 4 <= len(text) <= 20_000 or not any(c in text for c in "(.") and "import" not in text:
+        return None
+    try:
+        from autograder.intake.slicing import parse_python, too_deep
+        tree = parse_python(text.strip())
+        if too_deep(tree):
+            return None
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    for m in ast.walk(tree):
+        if isinstance(m, ast.Call) and isinstance(m.func, ast.Name) and m.func.id in REVIEW_BUILTINS:
+            return f"{m.func.id}() ({REVIEW_BUILTINS[m.func.id]})"
+        if isinstance(m, ast.Import):
+            for a in m.names:
+                root = a.name.split(".")
+                if root[0] in REVIEW_MODULES or root[0] == "torch" and torch_internal(root[1:]) or review_path(a.name):
+                    return f"imports {a.name}"
+        if isinstance(m, ast.ImportFrom) and m.module:
+            mod = m.module.split(".")
+            if mod[0] in REVIEW_MODULES or mod[0] == "torch" and torch_internal(mod[1:]) or review_path(m.module):
+                return f"imports from {m.module}"
+        if isinstance(m, ast.Attribute):
+            root = root_name(m.value)
+            if m.attr in MODULE_ATTRS:
+                return f"the module {m.attr} reached through another object"
+            why = REVIEW_ATTRS.get(m.attr)
+            if why and not (m.attr in SYS_ONLY_ATTRS and root != "sys") \
+                    and not ((m.attr in TORCH_ONLY_ATTRS or m.attr == "_C") and root not in ("torch", None)):
+                return why
+        if isinstance(m, ast.Name) and m.id == "__builtins__":
+            return "the builtins namespace"
+    return None
 
 
 def _config_runs_code(line: str) -> bool:
@@ -973,6 +1027,8 @@ def _reflective(v: str) -> str | None:
         return f"the builtin {v[9:]}"
     if v == "<globals>":
         return "a module namespace"
+    if v == "<ipython>":
+        return "the IPython shell"
     if path_reason(v):
         return v
     return None
@@ -1393,6 +1449,8 @@ class Values:
             out.add(_ASSEMBLED)  # "".join([...]), "{}".format(...), b"...".decode(), chr(...)
         if isinstance(node.func, ast.Lambda):  # (lambda: sys)()
             out |= ev(node.func.body)
+        if isinstance(fn, ast.Name) and fn.id == "get_ipython" and fn.id not in self.bound:
+            out.add("<ipython>")  # the shell: its attributes reached through a name are flagged
         for c in ev(node.func):
             if c == "builtins.getattr" and len(args) >= 2:
                 out |= {j for p in ev(args[0]) for k in self.strings(args[1]) if (j := _join(p, k))}
@@ -1564,6 +1622,8 @@ def _review_values(values: Values, st, tree, done: set, flag, hand_written: bool
                 base = [v for v in ev(n.value) if _is_path(v)]
                 why = next((r for p in sorted(base) if (j := _join(p, n.attr)) and (r := review_path(j))
                             and not review_path(p)), None)
+            if why is None and not is_get_ipython(n.value) and "<ipython>" in ev(n.value):
+                why = f"the IPython shell's {n.attr} (it reaches the notebook's machinery)"
         elif isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) \
                 and root_name(n.value) not in modules | {"self", "cls"} and not values.seeding_write(n) \
                 and any(_is_path(v) and not v.startswith("builtins.") for v in ev(n.value)):

@@ -42,9 +42,11 @@ import decimal
 import gc
 import hashlib
 import io
+import os
 import sys
 import threading
 import time
+import tracemalloc
 import types
 import warnings
 import weakref
@@ -746,11 +748,17 @@ class FusedForward:
                              suspects=fused_y_mistakes(x.double(), r.double(), w.double(), eps), **tol)
 
 
-SAVED_CASES = (  # seed, shape, dtype
-    (631, (8, 64), torch.bfloat16),
-    (632, (2, 6, 32), torch.float32),
-    (633, (4, 48), torch.float16),
+SAVED_CASES = (  # seed, shape, dtype: each x_hat is 6 KB or more in x's dtype, well above the Python
+    (631, (32, 128), torch.bfloat16),  # heap's noise (HEAP_SLACK), so a copy in any form shows there
+    (632, (4, 12, 64), torch.float32),
+    (633, (16, 192), torch.float16),
 )
+#: the Python heap (tracemalloc's domain 0) forward may keep beyond what the least forward keeps
+#: (:class:`_Least`, measured the same way beside it): the honest answers measured here keep 0 to
+#: 900 bytes more (a dict on ctx, a tuple of shapes, a decorator's wrapper)
+HEAP_SLACK = 3072
+#: the smallest Python allocation the heap measure counts (see :func:`_traced_forward`)
+HEAP_BLOCK = 128
 
 
 #: how many objects the walk of ctx's attributes visits at most (containers nested in ctx)
@@ -1139,7 +1147,7 @@ def saved_probe(ns, cases) -> list:
             one = _saved_once(cls, fused_inputs(seed + k * SAVED_SEED_STEP, shape, {}, dtype),
                               buffers if k == 0 else _live_buffers())
             one["try"] = k
-            if got is None or _kept_total(one["kept"]) < _kept_total(got["kept"]):
+            if got is None or _measured_total(one) < _measured_total(got):
                 got = one
             if not _over_only_elsewhere(got, shape, dtype) or k == SAVED_TRIES - 1:
                 break
@@ -1274,12 +1282,101 @@ def _rstd_elem(ts, shape) -> int:
     return 8 if per_row and per_row[0].dtype == torch.float64 else 4
 
 
+def python_excess(python) -> int:
+    """The Python heap a measurement's forward kept beyond the least forward's and :data:`HEAP_SLACK`
+    (0 when within them); a record without the numbers (tracing switched off) counts as none here:
+    the judge fails it."""
+    if not (isinstance(python, list) and len(python) == 2 and all(type(v) is int for v in python)):
+        return 0
+    return max(0, python[0] - python[1] - HEAP_SLACK)
+
+
+def _measured_total(got) -> int:
+    return _kept_total(got["kept"]) + python_excess(got.get("python"))
+
+
 def _over_only_elsewhere(got, shape, dtype) -> bool:
-    """Whether a measurement is over the bound, and within it without what was found elsewhere."""
+    """Whether a measurement is over the bound, and within it without what was found elsewhere (the
+    objects outside ctx and the Python heap, where another thread's work can land too)."""
     bound = kept_bound(shape, dtype, _rstd_elem(got["saved"] + got["attrs"], shape))
-    total = _kept_total(got["kept"])
+    total = _measured_total(got)
     rest = sum(k["nbytes"] for k in got["kept"] if k["where"] != "elsewhere")
     return total > bound >= rest
+
+
+class _Least(torch.autograd.Function):
+    """What any FusedAddRMSNorm's forward makes in Python at the least: a graph node, its ctx, three
+    saved tensors (h, weight, one number per row) and two outputs. Not a normalization: only the
+    baseline that :func:`_traced_forward` measures beside the student's forward."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, eps):
+        h = x + residual
+        ctx.save_for_backward(h, weight, h[..., :1].float())
+        return h * weight, h
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_h):  # never called: the measurement drops the graph
+        return grad_y, grad_y, None, None
+
+
+def _traced_forward(cls, leaves, pack):
+    """``(node, python_bytes)``: forward run under the saved-tensor hooks with ``y`` and ``h`` dropped
+    and the garbage collected, and the bytes of the Python objects forward made that are still alive
+    then (tracemalloc's traces in the Python allocator's domain, 0: lists, bytes, ints, Decimals,
+    ranges and objects of any type, which the walk of known types may miss; torch's own memory is
+    not traced, and numpy's data is in another domain, found by the walk). ``python_bytes`` is None
+    when forward switched tracing off."""
+    if tracemalloc.is_tracing():  # a notebook's own tracing (flagged by the review): ours replaces it
+        tracemalloc.stop()
+    tracemalloc.start(1)
+    try:
+        # anomaly mode off while forward runs (a notebook may have switched it on): it hangs a
+        # traceback string on every node, which is not what forward keeps
+        with torch.enable_grad(), torch.autograd.set_detect_anomaly(False), \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
+        node = y.grad_fn
+        del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
+        gc.collect()
+        snap = tracemalloc.take_snapshot() if tracemalloc.is_tracing() else None
+    finally:
+        if tracemalloc.is_tracing():
+            tracemalloc.stop()
+    # what the course's own code made while forward ran is the course's, however much work forward
+    # did: the probe's pack hook (a detached alias per saved tensor), the op recorder's record, the
+    # observers' (an allocation is charged to the Python line that was running when it was made)
+    # Blocks under HEAP_BLOCK bytes are not counted: torch leaks a few short strings per call while
+    # a torch function mode is on (the op recorder's: "__torch_function__" and op names, 51 to 67
+    # bytes each, charged to the line that called the op), so a loop of many ops would read as a copy.
+    # A copy in Python takes blocks bigger than that wherever it is held in a container or in one
+    # value (bytes, an int, a Decimal's digits, a list's or tuple's array, an array of objects).
+    python = None if snap is None else sum(
+        t.size for t in snap.traces if t.domain == 0 and t.size >= HEAP_BLOCK
+        and not t.traceback[0].filename.startswith(_COURSE_DIRS))
+    return node, python
+
+
+#: the folders of the course's code that runs beside the student's (see :func:`_traced_forward`):
+#: coursekit, and the grader's inside (its harness and observers: ``autograder/inside``, bound
+#: read-only at ``/grader`` in the sandbox, autograder.sandbox.bwrap.INSIDE_IN)
+_KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_COURSE_DIRS = (_KIT + os.sep, os.path.join(os.path.dirname(_KIT), "autograder", "inside") + os.sep, "/grader/")
+
+
+def _least_python(inputs) -> int | None:
+    """The Python bytes :class:`_Least`'s forward keeps on these inputs (see :func:`_traced_forward`)."""
+    packed = []
+
+    def pack(t):
+        held = t.detach()
+        packed.append(weakref.ref(held))
+        return held
+
+    leaves = [t.clone().requires_grad_(True) for t in inputs[:3]]
+    node, python = _traced_forward(_Least, leaves, pack)
+    del node
+    return python
 
 
 def _saved_once(cls, inputs, old_buffers) -> dict:
@@ -1311,17 +1408,11 @@ def _saved_once(cls, inputs, old_buffers) -> dict:
     # objects made from here on (what forward made and kept), which is fast on a big heap.
     gc.freeze()
     try:
-        # anomaly mode off while forward runs (a notebook may have switched it on): it hangs a
-        # traceback string on every node, which is not what forward keeps
-        with torch.enable_grad(), torch.autograd.set_detect_anomaly(False), \
-                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
-        node = y.grad_fn
+        least = _least_python(inputs)  # the baseline, measured the same way just before
+        node, python = _traced_forward(cls, leaves, pack)
         if node is None:
             raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
                               "inputs passed to it?")
-        del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
-        gc.collect()
         made = gc.get_objects()
         after = _live_storages(made)
     finally:
@@ -1357,7 +1448,9 @@ def _saved_once(cls, inputs, old_buffers) -> dict:
         kept.setdefault(ptr, {"nbytes": nbytes, "shape": [nbytes], "dtype": "uint8", "span": nbytes, "where": "repointed"})
     got = {"saved": [_plain(t) for t in saved],
            "attrs": [_plain(t) for t in attrs],
-           "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"]))}
+           "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"])),
+           # the Python heap forward keeps, and the least forward's (see _traced_forward); None: off
+           "python": None if python is None or least is None else [int(python), int(least)]}
     del node, saved, attrs, before, after, old, old_buffers, old_tensors
     return got
 
@@ -1452,7 +1545,8 @@ def _expect_kept_matches_saved(kept, saved) -> None:
 
 
 def saved_judge(out, cases) -> None:
-    for (seed, shape, dtype), got in paired(cases, out, {"saved": ANY, "attrs": ANY, "kept": ANY, "try": ANY}):
+    for (seed, shape, dtype), got in paired(cases, out, {"saved": ANY, "attrs": ANY, "kept": ANY, "try": ANY,
+                                                         "python": ANY}):
         if not (isinstance(got["saved"], list) and isinstance(got["attrs"], list)
                 and type(got["try"]) is int and 0 <= got["try"] < SAVED_TRIES):
             raise CheckFailed("the probe's record of saved tensors is malformed")
@@ -1509,6 +1603,20 @@ def saved_judge(out, cases) -> None:
                 msg = "save only h, weight and rstd (one float32 number per row)"
             raise CheckFailed(f"{where} keeps {total} bytes alive for backward ({_describe_kept(kept)}); h + weight "
                               f"+ a {'float64' if rstd_elem == 8 else 'float32'} rstd per row take {bound}: {msg}")
+        python = got["python"]
+        if python is None:
+            raise CheckFailed(f"{where}: forward switched off Python's allocation tracing (tracemalloc) while "
+                              "the probe measured what it keeps, so what it keeps could not be measured")
+        if not (isinstance(python, list) and len(python) == 2 and all(type(v) is int and v >= 0 for v in python)):
+            raise CheckFailed("the probe's record of saved tensors is malformed")
+        excess = python_excess(python)
+        if excess:
+            raise CheckFailed(
+                f"{where} keeps {python[0] - python[1]} bytes of Python objects alive for backward beyond what "
+                f"a forward that saves only h, weight and rstd keeps (measured with tracemalloc; {HEAP_SLACK} "
+                "are allowed for bookkeeping): a copy outside torch in a form the probe does not name (bytes, "
+                "ints, a list, an object of your own?) stays alive until backward like a saved tensor. Keep only "
+                "h, weight and rstd")
         if not per_row:  # keeping less than the contract allows is fine: backward recomputes rstd from h
             continue
         rstd = per_row[0]
