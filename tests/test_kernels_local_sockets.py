@@ -64,11 +64,23 @@ def test_nbgrader_kernels_use_local_sockets_from_the_course_config(tmp_path):
     and the private socket folder is gone when the command ends.
 
     The command gets a temporary folder of its own (TMPDIR), so folders other tests' nbgrader
-    commands make in the shared /tmp at the same time (xdist) are not counted as left behind."""
+    commands make in the shared /tmp at the same time (xdist) are not counted as left behind. It
+    is a short path in /tmp, not under tmp_path: a Unix socket's path may not exceed 107 bytes,
+    and pytest's folders under xdist are longer than that with the kernel's socket name."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
     course = tmp_path / "course"
     course.mkdir()
-    private_tmp = tmp_path / "tmp"
-    private_tmp.mkdir()
+    private_tmp = Path(tempfile.mkdtemp(prefix="nbk-", dir="/tmp"))
+    try:
+        _validate_with_private_tmp(course, private_tmp)
+    finally:
+        shutil.rmtree(private_tmp, ignore_errors=True)
+
+
+def _validate_with_private_tmp(course, private_tmp):
     (course / "nbgrader_config.py").write_text((ROOT / "nbgrader_config.py").read_text())
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 6 * 7")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
