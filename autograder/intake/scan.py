@@ -710,10 +710,10 @@ def _review_call(sl, st, n: ast.Call, modules, on_self: set, flag, values=None) 
         elif name == "load_ext" and (why := _load_ext_reason(n.args[1].value if len(n.args) > 1 else "")):
             flag(st, n, why)
         else:  # the Python inside %time/%timeit: flag what it reaches too
-            from autograder.intake.slicing import parse
+            from autograder.intake.slicing import line_magic_code, parse
             for a in n.args[1:]:
                 try:
-                    inner = parse(a.value)
+                    inner = parse(line_magic_code(name, a.value) or a.value)  # its code, as IPython splits it
                 except Exception:  # noqa: BLE001
                     continue
                 for m in ast.walk(inner):

@@ -55,11 +55,12 @@ CONTRACT_NAMES = ("LayerNorm", "RMSNorm", "apply_residual_connection", "Residual
                   "sinkhorn_knopp", "MHCResidual", "depth_attention")
 #: cell magics whose body is Python that runs in the notebook's namespace: sliced like a cell
 INLINE_CELL_MAGICS = frozenset({"time", "capture"})
-#: line magics whose argument is Python that runs in the notebook's namespace, after their options
-#: (the letters of the options that take a value): read like the code they run (``%time import sys``
-#: is ``import sys``; ``x = %time f()`` is ``x = f()``: the twenty-second red team ran the review's
-#: flagged lines unread inside ``%time``)
-INLINE_LINE_MAGICS = {"time": "", "timeit": "nrp", "prun": "DTls", "memit": "rti"}
+#: line magics whose argument is Python that runs in the notebook's namespace, after their options:
+#: read like the code they run (``%time import sys`` is ``import sys``; ``x = %time f()`` is
+#: ``x = f()``: the twenty-second red team ran the review's flagged lines unread inside ``%time``)
+INLINE_LINE_MAGICS = frozenset({"time", "timeit", "prun", "memit"})
+#: the options of ``%memit`` (memory_profiler's, not IPython's) that take a value
+MEMIT_VALUE_OPTIONS = "rti"
 #: cell magics that write their body into a file (``%%file`` is IPython's other name for it)
 WRITEFILE_MAGICS = frozenset({"writefile", "file"})
 #: ``%%writefile [-a] NAME.py``: the module a cell writes, when it writes one in the working folder
@@ -227,7 +228,7 @@ def line_magic_code(name: str, line: str) -> str | None:
             return parser.parse_options(line, "D:l:rs:T:q", list_all=True, posix=False)[1]
     except (Exception, SystemExit):  # noqa: BLE001 -- IPython's UsageError, argparse's exit: nothing runs
         return ""
-    takes = INLINE_LINE_MAGICS[name]  # %memit (memory_profiler): its options, read here
+    takes = MEMIT_VALUE_OPTIONS  # %memit (memory_profiler): its options, read here
     rest = line.strip()
     while rest.startswith("-") and not rest.startswith("--"):
         head, _, rest = rest.partition(" ")
