@@ -755,7 +755,7 @@ SAVED_CASES = (  # seed, shape, dtype: each x_hat is 6 KB or more in x's dtype, 
 )
 #: the Python heap (tracemalloc's domain 0) forward may keep beyond what the least forward keeps
 #: (:class:`_Least`, measured the same way beside it): the honest answers measured here keep 0 to
-#: 900 bytes more (a dict on ctx, a tuple of shapes, a decorator's wrapper)
+#: 700 bytes more (a dict on ctx, a tuple of shapes, a decorator's wrapper)
 HEAP_SLACK = 3072
 #: the smallest Python allocation the heap measure counts (see :func:`_traced_forward`)
 HEAP_BLOCK = 128
