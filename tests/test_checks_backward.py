@@ -12,14 +12,20 @@ already prove for every exercise.
 """
 from __future__ import annotations
 
+import copy
 import functools
+import re
+import sqlite3
+import time
 import types
 
 import pytest
 import torch
 
 from coursekit.checks import CheckFailed, get
-from coursekit.checks.backward import (FUSED, AutogradSpy, SAVED_CASES, call_by_hand, saved_probe)
+from coursekit.checks import files_written, malloc_totals
+from coursekit.checks.backward import (FUSED, NATIVE_SLACK, AutogradSpy, SAVED_CASES, call_by_hand, saved_judge,
+                                       saved_probe)
 from course.release import ROOT
 from notebook_ns import code_ns, grade_ids, outcome, solution_ns
 from tools.make_submission import fixtures
@@ -71,7 +77,16 @@ def test_autograd_inside_is_stopped_and_named():
 
 
 def test_the_solution_saves_exactly_h_weight_and_a_float32_rstd():
-    for case, got in zip(SAVED_CASES, saved_probe(_solution(), SAVED_CASES)):
+    record = saved_probe(_solution(), SAVED_CASES)
+    saved_judge(record, SAVED_CASES)
+    # the C allocator's totals are part of the record: dropped, or over the slack, the judge fails it
+    for change, says in ((None, "were not read"), ("over", "of the C allocator's memory (malloc) alive")):
+        forged = copy.deepcopy(record)
+        forged[1]["native"] = None if change is None else [forged[1]["native"][1] + NATIVE_SLACK + 1,
+                                                          forged[1]["native"][1]]
+        with pytest.raises(CheckFailed, match=re.escape(says)):
+            saved_judge(forged, SAVED_CASES)
+    for case, got in zip(SAVED_CASES, record):
         _, shape, dtype = case
         rows, d = int(torch.tensor(shape[:-1]).prod()), shape[-1]
         elem = torch.empty((), dtype=dtype).element_size()
@@ -81,6 +96,23 @@ def test_the_solution_saves_exactly_h_weight_and_a_float32_rstd():
         # measured: the storages alive after forward are exactly the saved ones
         assert sum(k["nbytes"] for k in got["kept"]) == rows * d * elem + d * elem + rows * 4, got["kept"]
         assert {k["where"] for k in got["kept"]} == {"saved"}
+
+
+def test_the_c_allocator_totals_are_read_here_and_follow_malloc():
+    """The grader's machine (glibc) has mallinfo2: a 1 MiB bytearray (malloc's, mapped on its own) and a
+    20 KB sqlite blob (sqlite's own malloc) raise the totals by at least their size; freed, they fall."""
+    before = malloc_totals.in_use()
+    assert isinstance(before, int) and before > 0
+    buf = bytearray(1 << 20)
+    assert malloc_totals.in_use() - before >= 1 << 20
+    del buf
+    assert malloc_totals.in_use() - before < 1 << 19
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (v BLOB)")
+    before = malloc_totals.in_use()
+    db.execute("INSERT INTO t VALUES (?)", (bytes(20000),))
+    assert malloc_totals.in_use() - before >= 20000
+    db.close()
 
 
 def _hiding(place: str):
@@ -121,6 +153,10 @@ def _hiding(place: str):
             elif place == "tracing switched off":
                 import tracemalloc
                 tracemalloc.stop()
+            elif place in ("a C library's memory", "a C library's memory, old bytes freed beside it"):
+                if place.endswith("beside it") and POOL:
+                    POOL.popitem()  # bytes made before forward, as big as the copy: the totals' growth offset
+                DB.execute("INSERT INTO kept VALUES (?)", (x_hat.detach().numpy().tobytes(),))
             return y, h
 
         backward = base.backward
@@ -129,8 +165,53 @@ def _hiding(place: str):
 
 
 HIDING = ("closure", "class attribute", "default argument", "storage alone", "ctx, three deep", "object on ctx",
-          "view", "old list, as bytes", "tracing switched off")
+          "view", "old list, as bytes", "tracing switched off", "a C library's memory",
+          "a C library's memory, old bytes freed beside it")
 OLD = []  # a list made before forward runs
+DB = sqlite3.connect(":memory:")  # pages in sqlite's own allocations: neither Python's heap nor torch's
+DB.execute("CREATE TABLE kept (v BLOB)")
+POOL = {i: bytes(16384) + bytes([i]) for i in range(32)}  # an untracked dict of bytes, made before forward
+
+
+def test_files_written_counts_files_made_or_changed_whole(tmp_path):
+    """The file measure: a file made during the call counts its size, one made before and overwritten
+    in place (same size) counts whole too, one left alone counts nothing."""
+    (tmp_path / "old.bin").write_bytes(bytes(9000))
+    (tmp_path / "kept.bin").write_bytes(bytes(100))
+    before = files_written.state([str(tmp_path)])
+    time.sleep(0.01)
+    (tmp_path / "new.bin").write_bytes(bytes(7000))
+    assert files_written.written(before, files_written.state([str(tmp_path)])) >= 7000  # or the pages it takes
+    with open(tmp_path / "old.bin", "r+b") as f:  # overwritten in place: no growth, a new mtime
+        f.write(b"x" * 9000)
+    after = files_written.state([str(tmp_path)])
+    assert files_written.written(before, after) >= 16000 and after["complete"]
+
+
+def test_a_copy_written_to_a_file_in_forward_is_measured(tmp_path, monkeypatch):
+    """x_hat spilled with torch.save in forward and loaded in backward (the twenty-fourth red team's
+    route, 20/20 unflagged) loses saves_little: the sandbox's writable folders are small tmpfs, read
+    across forward (here a folder of the test's stands for them)."""
+    monkeypatch.setattr(files_written, "places", lambda: [str(tmp_path)])
+    base = _solution()[FUSED]
+    count = iter(range(10**6))
+
+    class Spill(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, residual, weight, eps):
+            h = x + residual
+            hf = h.to(torch.promote_types(h.dtype, torch.float32))
+            rstd = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+            ctx.save_for_backward(h, weight, rstd)
+            torch.save((hf * rstd).detach().clone(), tmp_path / f"x_hat{next(count)}.pt")
+            return (hf * rstd * weight).to(h.dtype), h
+
+        backward = base.backward
+
+    msg = outcome("fused_add_rmsnorm_saves_little", {FUSED: Spill})
+    assert msg is not None and "bytes into files while it runs" in msg, msg
+    # the same folder, nothing written there: the solution keeps its points
+    assert outcome("fused_add_rmsnorm_saves_little", _solution()) is None
 
 
 @pytest.mark.parametrize("place", HIDING)

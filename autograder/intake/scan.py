@@ -64,6 +64,10 @@ REVIEW_MODULES = frozenset({
     # libraries that keep data in their own C allocations, where neither exercise 05's walk nor its
     # Python-heap measure looks (the twenty-third red team kept x_hat in sqlite and in an ssl.MemoryBIO)
     "sqlite3", "_sqlite3", "ssl", "_ssl", "dbm", "_dbm", "_gdbm", "readline",
+    # and those whose objects, made before forward, take the caller's bytes into memory they allocated
+    # then (a compressor's block, a parser's buffer, an image's pixels): exercise 05's C allocator
+    # totals see memory a library allocates while forward runs, not memory it filled in place
+    "zlib", "bz2", "_bz2", "lzma", "_lzma", "gzip", "zipfile", "tarfile", "pyexpat", "PIL",
     "coursekit", "course", "autograder", "book", "tools", "IPython", "ipykernel", "jupyter_client",
 })
 #: modules of the review list that only show things (a figure, Markdown): importing them is fine
@@ -137,8 +141,18 @@ def _imported_reason(module: str, name: str) -> str | None:
     v = _by_value(module, name)
     if v in REFLECTIVE_MODULES:
         return f"imports the module {v} from {module} (as {name})"
-    why = review_path(f"{module}.{name}")
+    why = review_path(f"{module}.{name}") or _sys_function_reason(module, name)
     return f"imports {name} from {module}: {why}" if why else None
+
+
+def _sys_function_reason(module: str, name: str) -> str | None:
+    """The review's reason for a function of ``sys`` imported from ``module`` under ``name`` (``from
+    sys import getallocatedblocks``, or from a module that holds it under another name)."""
+    mod = sys.modules.get(module)
+    v = vars(mod).get(name) if isinstance(mod, types.ModuleType) else None
+    if isinstance(v, types.BuiltinFunctionType) and getattr(v, "__self__", None) is sys:
+        return path_reason(f"sys.{v.__name__}")
+    return None
 
 
 def review_path(p: str) -> str | None:
@@ -196,6 +210,20 @@ def torch_internal(parts) -> bool:
 MODULE_ATTRS = frozenset({"sys", "os", "gc", "inspect", "importlib", "ctypes", "subprocess", "threading",
                           "multiprocessing", "builtins", "marshal", "pickle", "socket", "_thread", "posix",
                           "concurrent", "shutil", "io", "pathlib", "types", "linecache", "dis"})
+#: the attributes of sys that are plain data, streams or settings a notebook uses honestly; every other
+#: one reads or changes the interpreter's own state (``sys.getallocatedblocks``: the benchmark's counter
+#: allocates while it traces, the twenty-fourth red team's detector; ``getrefcount``, ``_debugmallocstats``,
+#: ``setswitchinterval``...) and is flagged, whatever it is called
+SYS_PLAIN = frozenset({
+    "version", "version_info", "hexversion", "api_version", "implementation", "platform", "platlibdir", "byteorder",
+    "maxsize", "maxunicode", "float_info", "int_info", "hash_info", "thread_info", "float_repr_style", "copyright",
+    "flags", "stdout", "stderr", "stdin", "__stdout__", "__stderr__", "__stdin__", "argv", "orig_argv", "executable",
+    "prefix", "base_prefix", "exec_prefix", "base_exec_prefix", "path", "exit", "getdefaultencoding",
+    "getfilesystemencoding", "getfilesystemencodeerrors", "getrecursionlimit", "setrecursionlimit", "exc_info",
+    "exception", "last_value", "last_type", "last_traceback", "getsizeof", "intern", "builtin_module_names",
+    "stdlib_module_names", "warnoptions", "dont_write_bytecode", "pycache_prefix", "ps1", "ps2", "is_finalizing",
+    "get_int_max_str_digits", "set_int_max_str_digits", "getdlopenflags", "abiflags"})
+SYS_STATE = "the interpreter's own state (the benchmark counts with a tracer, which shows there)"
 #: attributes of sys that only count under sys (``sys.modules``; a model's ``.modules()`` is fine)
 SYS_ONLY_ATTRS = frozenset({"modules", "meta_path", "path_hooks", "settrace", "setprofile", "gettrace", "getprofile",
                             "addaudithook"})
@@ -1016,6 +1044,9 @@ def path_reason(p: str, own_only: bool = False) -> str | None:
                 or ((a in TORCH_ONLY_ATTRS or a == "_C") and parts[0] != "torch"):
             continue
         return why
+    if len(parts) > 1 and parts[0] == "sys" and parts[1] in vars(sys) and parts[1] not in SYS_PLAIN \
+            and not parts[1].startswith("__") and not (own_only and len(parts) > 2):
+        return SYS_STATE
     return None
 
 

@@ -58,7 +58,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from coursekit import bench
 from coursekit.contract import BENCH_DTYPE, BENCH_SIZES, LAYERNORM_EPS, RMSNORM_EPS
-from coursekit.checks import CheckFailed, frozen, register, scaling
+from coursekit.checks import CheckFailed, files_written, frozen, malloc_totals, register, scaling
 from coursekit.checks.benchmark import TYPICAL, LOOP_HINT, SHAPES, WORKLOAD, _plot_in_notebook, _reference
 from coursekit.checks.compare import ANY, expect_close, expect_structure, expect_tensor, paired
 from coursekit.checks.ops import NORM_OPS, OpRecorder
@@ -759,7 +759,15 @@ SAVED_CASES = (  # seed, shape, dtype: each x_hat is 6 KB or more in x's dtype, 
 HEAP_SLACK = 3072
 #: the smallest Python allocation the heap measure counts (see :func:`_traced_forward`)
 HEAP_BLOCK = 128
+#: the C allocator's growth forward may keep beyond what the least forward's keeps (see
+#: :func:`_native_forward`): under the op recorder, the honest answers (tests/fixtures/right/05_backward)
+#: grow 0 to 2.4 KB more, the per-row loop (wrong for its benchmark only) 2.8 KB; an x_hat copy takes
+#: 8 KB or more in the first two cases above
+NATIVE_SLACK = 4096
 
+
+#: the bytes forward may write into files (a tmpfs counts in 4 KB pages; honest forwards write none)
+FILES_SLACK = 4096
 
 #: how many objects the walk of ctx's attributes visits at most (containers nested in ctx)
 CTX_WALK_LIMIT = 100_000
@@ -1140,12 +1148,14 @@ def saved_probe(ns, cases) -> list:
     _fingerprint(torch.zeros(1), -1)  # numpy's bridge loads now, not while a case is measured
     # the buffers outside torch, found once (a walk over every object's referents, the probe's
     # dearest step) and again before a retry, when an earlier try may have made one
-    buffers = _live_buffers()
+    buffers, held = _live_buffers()
     for seed, shape, dtype in cases:
         got = None
         for k in range(SAVED_TRIES):
-            one = _saved_once(cls, fused_inputs(seed + k * SAVED_SEED_STEP, shape, {}, dtype),
-                              buffers if k == 0 else _live_buffers())
+            if k:
+                held = None  # not walked again: a list of every object would double the walk
+                buffers, held = _live_buffers()
+            one = _saved_once(cls, fused_inputs(seed + k * SAVED_SEED_STEP, shape, {}, dtype), buffers)
             one["try"] = k
             if got is None or _measured_total(one) < _measured_total(got):
                 got = one
@@ -1153,6 +1163,7 @@ def saved_probe(ns, cases) -> list:
                 break
             _settle(SAVED_SETTLE_S * 4 ** k)  # before the next try (none after the last)
         out.append(got)
+    del held  # kept until every case was measured
     return out
 
 
@@ -1192,11 +1203,17 @@ def _repointed(places, skip) -> dict:
     return found
 
 
-def _live_buffers() -> dict:
-    """``{id: object}`` of the writable buffers outside torch alive now: numpy arrays that own their
-    memory (or a view's owner), ``bytearray``, ``array.array`` and ``mmap`` objects (subclasses
-    included), among the collector's objects and the objects they hold (a numpy array is not tracked
-    by the collector: it is found in the dict or list that holds it). Held, so no id is reused."""
+def _live_buffers() -> tuple:
+    """``({id: object}, held)``: the writable buffers outside torch alive now: numpy arrays that own
+    their memory (or a view's owner, or the array itself over memory of another kind), ``bytearray``,
+    ``array.array`` and ``mmap`` objects (subclasses included), among the collector's objects and the
+    objects they hold (a numpy array is not tracked by the collector: it is found in the dict or list
+    that holds it). Held, so no id is reused.
+
+    ``held``: every object walked, and what the untracked dicts among them hold (a dict of bytes is
+    not tracked by the collector). While the caller keeps it, forward cannot free an object made
+    before it: freeing one would lower the C allocator's totals (:func:`_native_forward`) by as
+    much as a copy kept elsewhere raises them."""
     objects = gc.get_objects()
     kinds = tuple({bytearray} | {getattr(sys.modules.get(m), n, bytearray) for m, n in (("array", "array"), ("mmap", "mmap"))})
     numpy = sys.modules.get("numpy")
@@ -1206,9 +1223,13 @@ def _live_buffers() -> dict:
     common = {dict, list, tuple, str, int, float, set, frozenset, type, types.FunctionType, types.CellType,
               types.MethodType, types.BuiltinFunctionType, types.CodeType, types.ModuleType, bool, type(None)}
     what = {}  # type -> "buffer" or "array", looked up once per type
-    for o in objects + gc.get_referents(*objects):
+    held = objects + gc.get_referents(*objects)
+    untracked = []
+    for o in held:
         kind = type(o)
         if kind in common:
+            if kind is dict and not gc.is_tracked(o):
+                untracked.append(o)
             continue
         got = what.get(kind)
         if got is None:
@@ -1227,8 +1248,12 @@ def _live_buffers() -> dict:
             found[id(o)] = o
         elif isinstance(base, kinds):
             found[id(base)] = base
+        elif not (isinstance(base, (bytes, torch.Tensor)) or type(base).__name__ == "PyCapsule"):
+            # memory of another kind (a memoryview of a C object's buffer): the array itself
+            found[id(o)] = o
         # else: a torch tensor's memory (fingerprinted as a storage) or bytes (read-only)
-    return found
+    held.extend(v for d in untracked for v in d.values())
+    return found, held
 
 
 def _fingerprint_buffer(o):
@@ -1291,13 +1316,24 @@ def python_excess(python) -> int:
     return max(0, python[0] - python[1] - HEAP_SLACK)
 
 
+def native_excess(native) -> int:
+    """The C allocator's growth a measurement's forward kept beyond the least forward's and
+    :data:`NATIVE_SLACK` (0 when within them, or when not read)."""
+    if not (isinstance(native, list) and len(native) == 2 and all(type(v) is int for v in native)):
+        return 0
+    return max(0, native[0] - native[1] - NATIVE_SLACK)
+
+
 def _measured_total(got) -> int:
-    return _kept_total(got["kept"]) + python_excess(got.get("python"))
+    files = got.get("files") or [0]
+    return _kept_total(got["kept"]) + python_excess(got.get("python")) + native_excess(got.get("native")) + \
+        max(0, files[0] - FILES_SLACK)
 
 
 def _over_only_elsewhere(got, shape, dtype) -> bool:
     """Whether a measurement is over the bound, and within it without what was found elsewhere (the
-    objects outside ctx and the Python heap, where another thread's work can land too)."""
+    objects outside ctx, the Python heap and the C allocator's totals, where another thread's work
+    can land too)."""
     bound = kept_bound(shape, dtype, _rstd_elem(got["saved"] + got["attrs"], shape))
     total = _measured_total(got)
     rest = sum(k["nbytes"] for k in got["kept"] if k["where"] != "elsewhere")
@@ -1331,14 +1367,7 @@ def _traced_forward(cls, leaves, pack):
         tracemalloc.stop()
     tracemalloc.start(1)
     try:
-        # anomaly mode off while forward runs (a notebook may have switched it on): it hangs a
-        # traceback string on every node, which is not what forward keeps
-        with torch.enable_grad(), torch.autograd.set_detect_anomaly(False), \
-                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
-        node = y.grad_fn
-        del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
-        gc.collect()
+        node = _forward_node(cls, leaves, pack)
         snap = tracemalloc.take_snapshot() if tracemalloc.is_tracing() else None
     finally:
         if tracemalloc.is_tracing():
@@ -1357,6 +1386,40 @@ def _traced_forward(cls, leaves, pack):
     return node, python
 
 
+def _forward_node(cls, leaves, pack):
+    """Forward run under the saved-tensor hooks, its outputs dropped and the garbage collected: the
+    graph node, which holds what forward keeps."""
+    # anomaly mode off while forward runs (a notebook may have switched it on): it hangs a
+    # traceback string on every node, which is not what forward keeps
+    with torch.enable_grad(), torch.autograd.set_detect_anomaly(False), \
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y, h = fused_apply(cls, *leaves, RMSNORM_EPS)
+    node = y.grad_fn
+    del y, h  # the outputs are the caller's; what stays alive now is what forward keeps
+    gc.collect()
+    return node
+
+
+def _native_forward(cls, leaves, pack) -> int | None:
+    """The growth of the C allocator's totals (:mod:`coursekit.checks.malloc_totals`) across forward
+    (run as :func:`_forward_node` runs it, with tracemalloc off: its own tables grow and shrink by
+    kilobytes while torch's ops run under a function mode), while its node is alive: torch's storages,
+    autograd's nodes, Python's blocks bigger than pymalloc's, and memory a C library keeps with its
+    own ``malloc`` (an in-memory database, a compressor), which the walks and tracemalloc do not see.
+    None where the totals cannot be read."""
+    if tracemalloc.is_tracing():
+        tracemalloc.stop()
+    gc.collect()
+    before = malloc_totals.in_use()
+    if before is None:
+        return None
+    node = _forward_node(cls, leaves, pack)
+    grown = malloc_totals.in_use() - before
+    del node
+    gc.collect()
+    return grown
+
+
 #: the folders of the course's code that runs beside the student's (see :func:`_traced_forward`):
 #: coursekit, and the grader's inside (its harness and observers: ``autograder/inside``, bound
 #: read-only at ``/grader`` in the sandbox, autograder.sandbox.bwrap.INSIDE_IN)
@@ -1364,8 +1427,10 @@ _KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _COURSE_DIRS = (_KIT + os.sep, os.path.join(os.path.dirname(_KIT), "autograder", "inside") + os.sep, "/grader/")
 
 
-def _least_python(inputs) -> int | None:
-    """The Python bytes :class:`_Least`'s forward keeps on these inputs (see :func:`_traced_forward`)."""
+def _packer():
+    """``(pack, packed)``: a saved-tensor pack hook that gives the node a detached alias of each saved
+    tensor (same storage: an output saved as itself would hold its own grad_fn through the hook, a
+    cycle the collector cannot see, and outlive the measurement), and the weak references to them."""
     packed = []
 
     def pack(t):
@@ -1373,10 +1438,18 @@ def _least_python(inputs) -> int | None:
         packed.append(weakref.ref(held))
         return held
 
+    return pack, packed
+
+
+def _least_kept(inputs) -> tuple:
+    """``(python_bytes, native_bytes)`` that :class:`_Least`'s forward keeps on these inputs (see
+    :func:`_traced_forward`, :func:`_native_forward`)."""
+    pack, _ = _packer()
     leaves = [t.clone().requires_grad_(True) for t in inputs[:3]]
+    native = _native_forward(_Least, leaves, pack)
     node, python = _traced_forward(_Least, leaves, pack)
     del node
-    return python
+    return python, native
 
 
 def _saved_once(cls, inputs, old_buffers) -> dict:
@@ -1387,15 +1460,7 @@ def _saved_once(cls, inputs, old_buffers) -> dict:
     old = _live_storages(heap)  # every storage alive now (held, so no address is reused)
     old_tensors = _tensor_places(heap)  # where every tensor alive points, empty ones included
     del heap
-    packed = []
-
-    def pack(t):
-        # the node holds this alias (same storage): an output saved as itself would hold its own
-        # grad_fn through the hook, a cycle the collector cannot see, and outlive the measurement
-        held = t.detach()
-        packed.append(weakref.ref(held))
-        return held
-
+    pack, packed = _packer()
     leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
     ours = _live_storages([x, r, w, *leaves])
     before = dict(old)
@@ -1408,7 +1473,16 @@ def _saved_once(cls, inputs, old_buffers) -> dict:
     # objects made from here on (what forward made and kept), which is fast on a big heap.
     gc.freeze()
     try:
-        least = _least_python(inputs)  # the baseline, measured the same way just before
+        least, least_native = _least_kept(inputs)  # the baseline, measured the same way just before
+        # the C allocator's totals and the files first, on leaves of its own (forward may hang things
+        # on its leaves)
+        places = files_written.places()
+        files_before = files_written.state(places)
+        native = _native_forward(cls, [t.clone().requires_grad_(True) for t in (x, r, w)], _packer()[0])
+        files_after = files_written.state(places)
+        files = [files_written.written(files_before, files_after),
+                 bool(files_before["complete"] and files_after["complete"])]
+        del files_before, files_after  # gone before the objects forward made are taken (a dict of numbers)
         node, python = _traced_forward(cls, leaves, pack)
         if node is None:
             raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
@@ -1450,7 +1524,13 @@ def _saved_once(cls, inputs, old_buffers) -> dict:
            "attrs": [_plain(t) for t in attrs],
            "kept": sorted(kept.values(), key=lambda k: (-k["nbytes"], k["where"])),
            # the Python heap forward keeps, and the least forward's (see _traced_forward); None: off
-           "python": None if python is None or least is None else [int(python), int(least)]}
+           "python": None if python is None or least is None else [int(python), int(least)],
+           # the C allocator's growth forward keeps, and the least forward's (see _native_forward);
+           # None: not read (no mallinfo2 here)
+           "native": None if native is None or least_native is None else [int(native), int(least_native)],
+           # the bytes forward wrote into files (see coursekit.checks.files_written), and whether every
+           # file of the writable folders was read
+           "files": files}
     del node, saved, attrs, before, after, old, old_buffers, old_tensors
     return got
 
@@ -1546,7 +1626,7 @@ def _expect_kept_matches_saved(kept, saved) -> None:
 
 def saved_judge(out, cases) -> None:
     for (seed, shape, dtype), got in paired(cases, out, {"saved": ANY, "attrs": ANY, "kept": ANY, "try": ANY,
-                                                         "python": ANY}):
+                                                         "python": ANY, "native": ANY, "files": ANY}):
         if not (isinstance(got["saved"], list) and isinstance(got["attrs"], list)
                 and type(got["try"]) is int and 0 <= got["try"] < SAVED_TRIES):
             raise CheckFailed("the probe's record of saved tensors is malformed")
@@ -1617,6 +1697,30 @@ def saved_judge(out, cases) -> None:
                 "are allowed for bookkeeping): a copy outside torch in a form the probe does not name (bytes, "
                 "ints, a list, an object of your own?) stays alive until backward like a saved tensor. Keep only "
                 "h, weight and rstd")
+        native = got["native"]
+        if native is None and malloc_totals.in_use() is not None:  # the judge's machine reads them: so does the probe's
+            raise CheckFailed(f"{where}: the C allocator's totals (mallinfo2) were not read while the probe measured "
+                              "what forward keeps, so what it keeps outside Python and torch could not be measured")
+        if native is not None and not (isinstance(native, list) and len(native) == 2
+                                       and all(type(v) is int for v in native)):
+            raise CheckFailed("the probe's record of saved tensors is malformed")
+        files = got["files"]
+        if not (isinstance(files, list) and len(files) == 2 and type(files[0]) is int and type(files[1]) is bool):
+            raise CheckFailed("the probe's record of saved tensors is malformed")
+        if not files[1]:
+            raise CheckFailed(f"{where}: the writable folders hold more than {files_written.MAX_FILES} files, so "
+                              "what forward writes into files could not be measured")
+        if files[0] > FILES_SLACK:
+            raise CheckFailed(f"{where} writes {files[0]} bytes into files while it runs (kept for backward "
+                              "like a saved tensor: a file in the sandbox is memory too). Keep only h, weight "
+                              "and rstd, in memory")
+        excess = native_excess(native)
+        if excess:
+            raise CheckFailed(
+                f"{where} keeps {native[0] - native[1]} bytes more of the C allocator's memory (malloc) alive for "
+                f"backward than a forward that saves only h, weight and rstd ({NATIVE_SLACK} are allowed for "
+                "bookkeeping): memory a C library holds for you (a database, a compressor, an extension's "
+                "buffer) stays alive until backward like a saved tensor. Keep only h, weight and rstd")
         if not per_row:  # keeping less than the contract allows is fine: backward recomputes rstd from h
             continue
         rstd = per_row[0]

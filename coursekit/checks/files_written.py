@@ -1,0 +1,76 @@
+"""What a call writes into the small writable filesystems: exercise 05's probe reads it across forward
+(:func:`coursekit.checks.backward._saved_once`). A copy of x_hat written to a file (``torch.save``,
+``np.save``, a log handler's stream) and read back in backward is kept as surely as a saved tensor,
+in memory outside the process (a tmpfs is memory).
+
+In the grader's sandbox the only writable places are three tmpfs of a few hundred MB (the working
+directory, ``/tmp``, ``/dev/shm``: ``autograder/sandbox/bwrap.py``). Each of them is read two ways:
+
+* every file under it, by size and modification time: a file made or written during the call counts
+  whole (one made in advance and overwritten in place too);
+* its used bytes (``statvfs``): a file written and unlinked while still open is in no folder, but it
+  still takes pages.
+
+A filesystem bigger than :data:`SMALL` (a laptop's home disk, a desktop's /tmp of half the RAM) is
+not read: there other programs write at any moment, and walking it would take seconds.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+#: the largest filesystem read (the sandbox's are 256 MB by default)
+SMALL = 1 << 30
+#: files walked at most per filesystem (the walk stops there, and says so)
+MAX_FILES = 20_000
+
+
+def places() -> list:
+    """The writable folders read: the temporary folder, /dev/shm and the working directory, each once,
+    when its filesystem is small."""
+    out = []
+    for p in (tempfile.gettempdir(), "/dev/shm", os.getcwd()):
+        try:
+            st = os.statvfs(p)
+            real = os.path.realpath(p)
+        except OSError:
+            continue
+        if st.f_blocks * st.f_frsize <= SMALL and real not in out:
+            out.append(real)
+    return out
+
+
+def state(where: list) -> dict:
+    """``{"files": {path: (size, mtime_ns)}, "used": {place: bytes}, "complete": bool}`` now."""
+    files, used, complete = {}, {}, True
+    for top in where:
+        try:
+            st = os.statvfs(top)
+            used[top] = (st.f_blocks - st.f_bfree) * st.f_frsize
+        except OSError:
+            continue
+        n = 0
+        for root, dirs, names in os.walk(top, onerror=None, followlinks=False):
+            for name in names:
+                n += 1
+                if n > MAX_FILES:
+                    complete = False
+                    break
+                path = os.path.join(root, name)
+                try:
+                    s = os.lstat(path)
+                except OSError:
+                    continue
+                files[path] = (s.st_size, s.st_mtime_ns)
+            if n > MAX_FILES:
+                break
+    return {"files": files, "used": used, "complete": complete}
+
+
+def written(before: dict, after: dict) -> int:
+    """Bytes the call kept in files: the files made or changed (whole), or the filesystems' growth
+    in used bytes, whichever is more."""
+    changed = sum(size for path, (size, mtime) in after["files"].items()
+                  if before["files"].get(path, (None, None))[1] != mtime)
+    grown = sum(max(0, after["used"].get(p, 0) - b) for p, b in before["used"].items())
+    return max(changed, grown)
