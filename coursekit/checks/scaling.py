@@ -184,7 +184,9 @@ class Idle:
     others by what torch handed back and loop in every other call (the twelfth red team: 18/18
     unflagged, the timed calls 233 times torch). With the mode on every timed call the counted one
     differs only by its tracer, which Python code sees only through what the review flags
-    (``sys.gettrace``, a frame's ``f_trace``) or a clock. The mode costs each op a few microseconds
+    (``sys.gettrace``, a frame's ``f_trace``, ``sys.getallocatedblocks``: the tracer allocates a key
+    per new line, and every attribute of ``sys`` but its plain data is flagged), a clock, or where a
+    fresh object lands (``id``). The mode costs each op a few microseconds
     on every timed call; the referee times torch's module and the course solution under it too
     (:mod:`autograder.referee.clock`)."""
 
