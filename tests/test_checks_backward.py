@@ -153,6 +153,16 @@ def _hiding(place: str):
             elif place == "tracing switched off":
                 import tracemalloc
                 tracemalloc.stop()
+            elif place == "old list, numpy copy":  # numpy's data: tracemalloc's numpy domain
+                OLD[:] = [x_hat.detach().numpy().copy()]
+            elif place == "old list's items, small ints":  # cached ints: no new memory at all
+                raw = x_hat.detach().contiguous().view(-1).view(torch.uint8).tolist()
+                ARENA[:len(raw)] = raw
+            elif place == "old sparse tensor's values":
+                raw = x_hat.detach().contiguous().view(-1).view(torch.uint8)
+                SPARSE._values()[:raw.numel()].copy_(raw)
+            elif place == "old generator's state":
+                GENERATOR.manual_seed(int(x_hat.detach().double().sum().item() * 1e6) % (1 << 62))
             elif place in ("a C library's memory", "a C library's memory, old bytes freed beside it"):
                 if place.endswith("beside it") and POOL:
                     POOL.popitem()  # bytes made before forward, as big as the copy: the totals' growth offset
@@ -166,16 +176,35 @@ def _hiding(place: str):
 
 HIDING = ("closure", "class attribute", "default argument", "storage alone", "ctx, three deep", "object on ctx",
           "view", "old list, as bytes", "tracing switched off", "a C library's memory",
-          "a C library's memory, old bytes freed beside it")
+          "a C library's memory, old bytes freed beside it", "old list, numpy copy", "old list's items, small ints",
+          "old sparse tensor's values", "old generator's state")
 OLD = []  # a list made before forward runs
 DB = sqlite3.connect(":memory:")  # pages in sqlite's own allocations: neither Python's heap nor torch's
 DB.execute("CREATE TABLE kept (v BLOB)")
 POOL = {i: bytes(16384) + bytes([i]) for i in range(32)}  # an untracked dict of bytes, made before forward
+# arenas made before forward, of kinds no measure of new memory sees filled (the twenty-fifth red team)
+ARENA = [0] * 65536
+SPARSE = torch.sparse_coo_tensor(torch.zeros(1, 65536, dtype=torch.long), torch.zeros(65536, dtype=torch.uint8),
+                                 (1 << 40,), check_invariants=False)
+GENERATOR = torch.Generator().manual_seed(0)
 
 
 def test_files_written_counts_files_made_or_changed_whole(tmp_path):
     """The file measure: a file made during the call counts its size, one made before and overwritten
-    in place (same size) counts whole too, one left alone counts nothing."""
+    in place (same size) counts whole too, one left alone counts nothing, and one only appended to
+    (an honest log's new line: the twenty-fifth red team's fairness case) counts what was appended."""
+    log = tmp_path / "debug.log"
+    log.write_bytes(b"forward ok\n" * 1000)
+    before = files_written.state([str(tmp_path)])
+    time.sleep(0.01)
+    with open(log, "ab") as f:
+        f.write(b"backward ok\n")
+    after = files_written.state([str(tmp_path)], digest=False)
+    assert after["files"][str(log)][1] != before["files"][str(log)][1]
+    assert sum(size for path, (size, mtime) in after["files"].items()
+               if before["files"].get(path, (0, 0))[1] != mtime) == 11012  # whole, the old way
+    assert 12 <= files_written.written(before, after) < 4096  # the appended line (or the page it took)
+    log.unlink()
     (tmp_path / "old.bin").write_bytes(bytes(9000))
     (tmp_path / "kept.bin").write_bytes(bytes(100))
     before = files_written.state([str(tmp_path)])
@@ -203,7 +232,8 @@ def test_a_copy_written_to_a_file_in_forward_is_measured(tmp_path, monkeypatch):
             hf = h.to(torch.promote_types(h.dtype, torch.float32))
             rstd = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
             ctx.save_for_backward(h, weight, rstd)
-            torch.save((hf * rstd).detach().clone(), tmp_path / f"x_hat{next(count)}.pt")
+            with open(str(tmp_path / f"x_hat{next(count)}.bin"), "wb") as f:  # nothing of it left in Python
+                f.write((hf * rstd).detach().numpy().tobytes())
             return (hf * rstd * weight).to(h.dtype), h
 
         backward = base.backward
@@ -223,10 +253,14 @@ def test_what_forward_keeps_anywhere_is_measured(place):
         assert "keeps tensors as attributes of ctx" in msg, msg
     elif place == "view":
         assert "a view of a bigger buffer" in msg, msg
-    elif place == "old list, as bytes":  # no object forward made holds it: the Python heap shows it
+    elif place in ("old list, as bytes", "old list, numpy copy"):  # no object forward made holds it: the heap shows it
         assert "bytes of Python objects alive for backward" in msg, msg
+    elif place.startswith(("old list's items", "old sparse", "old generator")):  # fingerprinted before forward
+        assert "forward writes into memory that existed before it was called" in msg, msg
     elif place == "tracing switched off":
         assert "switched off Python's allocation tracing" in msg, msg
+    elif place.startswith("a C library's memory"):  # sqlite's pages: only the C allocator's totals show them
+        assert "of the C allocator's memory (malloc) alive for backward" in msg, msg
     else:
         assert "keeps tensors alive outside ctx" in msg, msg
 
@@ -527,13 +561,14 @@ def _with_a_passing_message(calls: int):
 def test_a_message_another_thread_sends_once_does_not_fail_an_honest_forward():
     """CI failed the solution once: 560 bytes "kept" on the first case, made by the kernel's own
     threads as the test cell started. One such message is measured again and found gone."""
-    assert outcome("fused_add_rmsnorm_saves_little", _with_a_passing_message(1)) is None
+    assert outcome("fused_add_rmsnorm_saves_little", _with_a_passing_message(2)) is None  # one try's two calls
 
 
 def test_a_copy_made_on_every_measurement_still_counts():
     """What shows on every measurement (here a message made on each of the first cases' three
-    tries) is what forward keeps, as far as the probe can tell: it fails, and says so."""
-    msg = outcome("fused_add_rmsnorm_saves_little", _with_a_passing_message(3))
+    tries: two forward calls each, the C allocator's totals', then tracemalloc's) is what forward
+    keeps, as far as the probe can tell: it fails, and says so."""
+    msg = outcome("fused_add_rmsnorm_saves_little", _with_a_passing_message(6))
     assert msg and "keeps 9136 bytes" in msg and "keeps a copy outside torch" in msg, msg  # 8576 + 560
 
 

@@ -34,7 +34,7 @@ ALL_RIGHT = fixtures(ROOT / "tests" / "fixtures" / "right")
 
 
 #: wrong versions per assignment in stock nbgrader's sample (aimed at different tests)
-WRONG_PER_ASSIGNMENT = 2
+WRONG_PER_ASSIGNMENT = 1
 
 
 def stock_sample(wrong, right):

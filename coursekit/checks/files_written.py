@@ -6,8 +6,9 @@ in memory outside the process (a tmpfs is memory).
 In the grader's sandbox the only writable places are three tmpfs of a few hundred MB (the working
 directory, ``/tmp``, ``/dev/shm``: ``autograder/sandbox/bwrap.py``). Each of them is read two ways:
 
-* every file under it, by size and modification time: a file made or written during the call counts
-  whole (one made in advance and overwritten in place too);
+* every file under it, by size, modification time and content digest: a file made during the call
+  counts whole, one only appended to counts what was appended (an honest log's new lines), and one
+  changed otherwise counts whole (made in advance and overwritten in place);
 * its used bytes (``statvfs``): a file written and unlinked while still open is in no folder, but it
   still takes pages.
 
@@ -16,6 +17,7 @@ not read: there other programs write at any moment, and walking it would take se
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 
@@ -23,6 +25,8 @@ import tempfile
 SMALL = 1 << 30
 #: files walked at most per filesystem (the walk stops there, and says so)
 MAX_FILES = 20_000
+#: the bytes of file content digested at most (beyond that a changed file counts whole)
+MAX_DIGESTED = 64 << 20
 
 
 def places() -> list:
@@ -40,8 +44,9 @@ def places() -> list:
     return out
 
 
-def state(where: list) -> dict:
-    """``{"files": {path: (size, mtime_ns)}, "used": {place: bytes}, "complete": bool}`` now."""
+def state(where: list, digest: bool = True) -> dict:
+    """``{"files": {path: (size, mtime_ns)}, "digests": {path: digest}, "used": {place: bytes},
+    "complete": bool}`` now."""
     files, used, complete = {}, {}, True
     for top in where:
         try:
@@ -64,13 +69,37 @@ def state(where: list) -> dict:
                 files[path] = (s.st_size, s.st_mtime_ns)
             if n > MAX_FILES:
                 break
-    return {"files": files, "used": used, "complete": complete}
+    digests, budget = {}, MAX_DIGESTED if digest else 0
+    for path, (size, _) in files.items():
+        if size > budget:
+            continue
+        budget -= size
+        got = _digest(path, size)
+        if got is not None:
+            digests[path] = got
+    return {"files": files, "digests": digests, "used": used, "complete": complete}
+
+
+def _digest(path: str, size: int) -> bytes | None:
+    """The digest of a file's first ``size`` bytes (None if it cannot be read, or is shorter)."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            data = f.read(size)
+    except OSError:
+        return None
+    return hashlib.blake2b(data, digest_size=16).digest() if len(data) == size else None
 
 
 def written(before: dict, after: dict) -> int:
-    """Bytes the call kept in files: the files made or changed (whole), or the filesystems' growth
-    in used bytes, whichever is more."""
-    changed = sum(size for path, (size, mtime) in after["files"].items()
-                  if before["files"].get(path, (None, None))[1] != mtime)
+    """Bytes the call kept in files: the files made (whole), appended to (what was appended) or
+    changed otherwise (whole), or the filesystems' growth in used bytes, whichever is more."""
+    changed = 0
+    for path, (size, mtime) in after["files"].items():
+        old_size, old_mtime = before["files"].get(path, (None, None))
+        if old_mtime == mtime:
+            continue
+        old = before.get("digests", {}).get(path)
+        appended = old is not None and size >= old_size and _digest(path, old_size) == old
+        changed += size - old_size if appended else size
     grown = sum(max(0, after["used"].get(p, 0) - b) for p, b in before["used"].items())
     return max(changed, grown)

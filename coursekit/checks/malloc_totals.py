@@ -37,6 +37,11 @@ def _load():
 _MALLINFO2 = _load()  # loaded when the checks are imported, before any student code runs
 
 
+def readable() -> bool:
+    """Whether this machine's C library has ``mallinfo2`` (no call made)."""
+    return _MALLINFO2 is not None
+
+
 def in_use() -> int | None:
     """Bytes malloc has handed out and not had back: small chunks in its arenas (``uordblks``) plus
     the big ones it mapped on their own (``hblkhd``); None without ``mallinfo2``."""
