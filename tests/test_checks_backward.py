@@ -220,7 +220,10 @@ def test_files_written_counts_files_made_or_changed_whole(tmp_path):
 def test_a_copy_written_to_a_file_in_forward_is_measured(tmp_path, monkeypatch):
     """x_hat spilled with torch.save in forward and loaded in backward (the twenty-fourth red team's
     route, 20/20 unflagged) loses saves_little: the sandbox's writable folders are small tmpfs, read
-    across forward (here a folder of the test's stands for them)."""
+    across forward (here a folder of the test's stands for them, named long: the probe's own list
+    of folder names, made while it measures, is not what forward keeps)."""
+    tmp_path = tmp_path / ("a_folder_with_a_long_name_" * 4)
+    tmp_path.mkdir()
     monkeypatch.setattr(files_written, "places", lambda: [str(tmp_path)])
     base = _solution()[FUSED]
     count = iter(range(10**6))

@@ -1506,7 +1506,10 @@ def _saved_once(cls, inputs, old_buffers) -> dict:
         files_after = files_written.state(places, digest=False)
         files = [files_written.written(files_before, files_after),
                  bool(files_before["complete"] and files_after["complete"])]
-        del files_before, files_after  # gone before the objects forward made are taken (a dict of numbers)
+        # gone before the objects forward made are taken: the folders' names and the files' are the
+        # course's own strings, made after the freeze (a folder named with more than BLOB_MIN_BYTES
+        # characters read as a copy kept: pytest's folders under xdist, a student's long cwd)
+        del places, files_before, files_after
         node, python = _traced_forward(cls, leaves, pack)
         if node is None:
             raise CheckFailed(f"{FUSED}'s y does not require grad: is apply() called, and are the "
