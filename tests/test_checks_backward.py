@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
 import sqlite3
 import time
@@ -214,6 +215,33 @@ def test_files_written_counts_files_made_or_changed_whole(tmp_path):
         f.write(b"x" * 9000)
     after = files_written.state([str(tmp_path)])
     assert files_written.written(before, after) >= 16000 and after["complete"]
+
+
+def test_files_written_reads_its_own_filesystem_only(tmp_path, monkeypatch):
+    """A folder mounted inside a writable place is not walked: the sandbox binds the course and its
+    Python read-only under /tmp when the checkout is there (tens of thousands of files), which made
+    the walk stop at MAX_FILES and honest work lose saves_little (CI, from a clone under /tmp).
+    Here a subfolder reads as another filesystem; the place's own files are still counted."""
+    mounted = tmp_path / "checkout"
+    mounted.mkdir()
+    for i in range(30):
+        (mounted / f"f{i}.py").write_bytes(b"x")
+    (tmp_path / "mine.bin").write_bytes(bytes(10))
+    monkeypatch.setattr(files_written, "MAX_FILES", 10)
+    assert not files_written.state([str(tmp_path)])["complete"]  # walked, the folder holds 31 files
+    real = os.lstat
+
+    class Other:
+        def __init__(self, st):
+            self.st = st
+
+        def __getattr__(self, name):
+            return self.st.st_dev + 1 if name == "st_dev" else getattr(self.st, name)
+
+    monkeypatch.setattr(files_written.os, "lstat", lambda p, *a, **k: Other(real(p)) if str(p) == str(mounted)
+                        else real(p, *a, **k))
+    got = files_written.state([str(tmp_path)])
+    assert got["complete"] and list(got["files"]) == [str(tmp_path / "mine.bin")], got
 
 
 def test_a_copy_written_to_a_file_in_forward_is_measured(tmp_path, monkeypatch):

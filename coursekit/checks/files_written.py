@@ -6,7 +6,8 @@ in memory outside the process (a tmpfs is memory).
 In the grader's sandbox the only writable places are three tmpfs of a few hundred MB (the working
 directory, ``/tmp``, ``/dev/shm``: ``autograder/sandbox/bwrap.py``). Each of them is read two ways:
 
-* every file under it, by size, modification time and content digest: a file made during the call
+* every file under it on its own filesystem (a read-only bind of the course inside it is not read),
+  by size, modification time and content digest: a file made during the call
   counts whole, one only appended to counts what was appended (an honest log's new lines), and one
   changed otherwise counts whole (made in advance and overwritten in place);
 * its used bytes (``statvfs``): a file written and unlinked while still open is in no folder, but it
@@ -57,8 +58,16 @@ def state(where: list, digest: bool = True) -> dict:
             used[top] = (st.f_blocks - st.f_bfree) * st.f_frsize
         except OSError:
             continue
+        try:
+            device = os.stat(top).st_dev
+        except OSError:
+            continue
         n = 0
         for root, dirs, names in os.walk(top, onerror=None, followlinks=False):
+            # this filesystem only: the sandbox binds the course and its Python read-only wherever they
+            # are on the host, under /tmp too when the checkout is there (tens of thousands of files,
+            # none writable), and a folder mounted inside is another filesystem (``find -xdev``)
+            dirs[:] = [d for d in dirs if _on(os.path.join(root, d), device)]
             for name in names:
                 n += 1
                 if n > MAX_FILES:
@@ -81,6 +90,14 @@ def state(where: list, digest: bool = True) -> dict:
         if got is not None:
             digests[path] = got
     return {"files": files, "digests": digests, "used": used, "complete": complete}
+
+
+def _on(path: str, device: int) -> bool:
+    """Whether ``path`` is on the filesystem ``device`` (not a mount point of another)."""
+    try:
+        return os.lstat(path).st_dev == device
+    except OSError:
+        return False
 
 
 def _digest(path: str, size: int) -> bytes | None:
