@@ -40,8 +40,8 @@ def places() -> list:
             real = os.path.realpath(p)
         except OSError:
             continue
-        # only a place this process may write (the grader's slots run with "/" as the working
-        # directory: a read-only root of the whole installation, not a place to keep anything)
+        # only a place this process may write: a read-only folder or filesystem cannot hold what
+        # forward writes (and a read-only root can hold the whole installation)
         if st.f_blocks * st.f_frsize <= SMALL and real not in out and os.access(real, os.W_OK) \
                 and not st.f_flag & os.ST_RDONLY:
             out.append(real)
